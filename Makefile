@@ -1,0 +1,31 @@
+# Two entry points a newcomer needs: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint proto bench clean
+
+$(BIN)/kubegpu: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(BIN)/kubegpu
+
+demo: $(BIN)/kubegpu
+	$(BIN)/kubegpu demo
+
+lint: $(BIN)/kubegpu
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
+
+test: $(BIN)/kubegpu lint
+	$(BIN)/python -m pytest -q
+
+proto: $(BIN)/kubegpu
+	$(BIN)/python scripts/gen_proto.py
+
+bench: $(BIN)/kubegpu
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache

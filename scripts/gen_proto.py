@@ -1,0 +1,38 @@
+"""Regenerate the committed gRPC stubs from src/kubegpu/api/v1beta1/api.proto.
+
+Usage: python scripts/gen_proto.py [OUT_DIR]   (default: src, i.e. in place)
+The stubs are committed so that installing kubegpu never needs grpcio-tools; tests/test_proto_stubs.py
+regenerates into a temp dir and fails when the committed files differ.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from grpc_tools import protoc
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO = "kubegpu/api/v1beta1/api.proto"
+
+
+def generate(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    include = Path(protoc.__file__).parent / "_proto"
+    rc = protoc.main(
+        [
+            "protoc",
+            f"-I{ROOT / 'src'}",
+            f"-I{include}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            str(ROOT / "src" / PROTO),
+        ]
+    )
+    if rc != 0:
+        raise SystemExit(f"protoc failed with exit code {rc}")
+
+
+if __name__ == "__main__":
+    generate(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "src")
