@@ -1,0 +1,141 @@
+"""The `kubegpu` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from kubegpu import __version__
+from kubegpu.config import (
+    FLAGS,
+    ConfigError,
+    FlagSpec,
+    FlagValue,
+    PluginSettings,
+    parse_bool,
+    parse_list,
+    resolve,
+)
+
+log = logging.getLogger("kubegpu")
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """One line per record: time, level, component, message (NVIDIA's plugin logs the same way, via klog)."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+class _GoBool(click.ParamType):
+    """Booleans spelled the way NVIDIA's flags and env vars accept them (Go's strconv.ParseBool)."""
+
+    name = "boolean"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
+        if isinstance(value, bool):
+            return value
+        try:
+            return parse_bool(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+def _flag_option(spec: FlagSpec) -> Any:
+    names = [f"--{spec.name}", *(f"--{a}" for a in spec.aliases)]
+    common: dict[str, Any] = {
+        "envvar": list(spec.envvars),
+        "show_envvar": True,
+        "help": spec.help,
+        "show_default": True,
+    }
+    if spec.kind == "bool":
+        # `--pass-device-specs` alone means true, `--fail-on-init-error=false` works as with NVIDIA's flags.
+        return click.option(
+            *names, type=_GoBool(), is_flag=False, flag_value=True, default=spec.default, **common
+        )
+    if spec.kind == "list":
+        return click.option(*names, default=",".join(spec.default), **common)
+    return click.option(*names, default=spec.default, **common)
+
+
+def flag_values(ctx: click.Context, params: dict[str, Any]) -> dict[str, FlagValue]:
+    out = {}
+    for spec in FLAGS:
+        key = spec.name.replace("-", "_")
+        value = params[key]
+        if spec.kind == "list":
+            value = parse_list(value)
+        source = ctx.get_parameter_source(key)
+        out[spec.name] = FlagValue(
+            value, source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        )
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="kubegpu")
+def main() -> None:
+    """kubegpu: a Kubernetes GPU device plugin (a drop-in for NVIDIA's) and the SRE tools around it.
+
+    Start with `kubegpu demo` to see a simulated GPU node, kubelet and plugin at work.
+    """
+
+
+def _plugin_command(func: Any) -> Any:
+    for spec in reversed(FLAGS):
+        func = _flag_option(spec)(func)
+    return func
+
+
+@main.command("plugin")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@_plugin_command
+@click.pass_context
+def plugin_cmd(ctx: click.Context, verbose: bool, **params: Any) -> None:
+    """Run the device plugin daemon on this node.
+
+    Flags, env vars and the config file are NVIDIA's (k8s-device-plugin v0.20): a flag on the command line
+    beats its env var, which beats the config file, which beats the default.
+    """
+    setup_logging(verbose)
+    flags = flag_values(ctx, params)
+    try:
+        settings = resolve(flags)
+    except ConfigError as err:
+        log.error("%s", err)
+        sys.exit(1)
+
+    from kubegpu.daemon import Daemon, StartupError
+
+    def reload_settings() -> PluginSettings:
+        return resolve(flags)
+
+    try:
+        code = asyncio.run(Daemon(settings, reload_settings=reload_settings).run())
+    except StartupError as err:
+        log.error("%s", err)
+        sys.exit(1)
+    sys.exit(code)
+
+
+def _attach_optional_commands() -> None:
+    """Commands that live in their own packages."""
+    from kubegpu.demo import demo_cmd
+    from kubegpu.kubeletsim.cli import kubelet_sim
+    from kubegpu.nvml.cli import fake_nvml
+
+    for command in (demo_cmd, kubelet_sim, fake_nvml):
+        main.add_command(command)
+
+
+_attach_optional_commands()

@@ -1,0 +1,236 @@
+"""The `kubegpu plugin` daemon: discovery, servers, registrar and health monitor on one asyncio loop.
+
+Lifecycle (design.md §2): settings are already validated when we get here. Discover (in a thread: NVML
+blocks), build resources, serve and register them, then apply health reports as new snapshots until a signal
+says stop (SIGTERM/SIGINT/SIGQUIT) or reload (SIGHUP: re-read the config; a bad one keeps the old running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kubegpu.allocate import CONTROL_DEVICES, AllocateOptions
+from kubegpu.config import DEFAULT_KUBELET_SOCKET, ConfigError, PluginSettings
+from kubegpu.discovery import discover, explain_nvml_error
+from kubegpu.health import ALL_GPUS, HealthEvent, HealthMonitor
+from kubegpu.inventory import Health, Inventory
+from kubegpu.nvml import NvmlBackend, load_nvml
+from kubegpu.registrar import Registrar
+from kubegpu.resources import ResourceOptions, build_resources
+from kubegpu.server import ResourceServer
+from kubegpu.xids import policy_from_env
+
+log = logging.getLogger(__name__)
+
+NO_DEVICES = "No devices found. Waiting indefinitely."
+DISCOVERY_RETRY_ENV = "KUBEGPU_DISCOVERY_RETRY_SECONDS"
+
+
+class StartupError(RuntimeError):
+    """The daemon cannot start; the message names the cause and the fix. Exit code 1."""
+
+
+def allocate_options(settings: PluginSettings) -> AllocateOptions:
+    dev_root = settings.flags.nvidiaDevRoot or settings.flags.nvidiaDriverRoot or "/"
+    return AllocateOptions(
+        device_list_strategies=settings.device_list_strategies,
+        device_id_strategy=settings.plugin.deviceIDStrategy or "uuid",
+        pass_device_specs=bool(settings.plugin.passDeviceSpecs),
+        dev_root=dev_root,
+        control_devices=tuple(p for p in CONTROL_DEVICES if os.path.exists(dev_root.rstrip("/") + p)),
+    )
+
+
+class Daemon:
+    def __init__(
+        self,
+        settings: PluginSettings,
+        *,
+        reload_settings: Callable[[], PluginSettings] | None = None,
+        backend: NvmlBackend | None = None,
+    ) -> None:
+        self.settings = settings
+        self._reload_settings = reload_settings
+        self._backend = backend or load_nvml()
+        kubelet = settings.kubelet_socket
+        self.plugin_dir = Path(
+            os.path.dirname(kubelet) if kubelet else os.path.dirname(DEFAULT_KUBELET_SOCKET)
+        )
+        self.registrar = Registrar(self.plugin_dir, Path(kubelet) if kubelet else None)
+        self.inventory = Inventory()
+        self._nvml_up = False
+        self._monitor: HealthMonitor | None = None
+        self._stopping = asyncio.Event()
+        self._health_queue: asyncio.Queue[Sequence[HealthEvent]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    @property
+    def nvml(self) -> Any:
+        return self._backend.nvml
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            loop.add_signal_handler(sig, self._stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
+        log.info("Running with config:\n%s", self.settings.log_json())
+        for warning in self.settings.warnings:
+            log.warning("%s", warning)
+        if not self.settings.kubelet_socket:
+            log.info("Skipping registration with Kubelet")
+        try:
+            await self.registrar.start()
+            await self._start_devices()
+            self._spawn(self._apply_health_reports())
+            await self._stopping.wait()
+        finally:
+            await self.shutdown()
+        return 0
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
+
+    async def shutdown(self) -> None:
+        self._stop_monitor()
+        for task in list(self._tasks):
+            task.cancel()
+        await self.registrar.close()  # stops servers and removes our sockets
+        if self._nvml_up:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.nvml.nvmlShutdown)
+            self._nvml_up = False
+        log.info("stopped; sockets removed")
+
+    async def _start_devices(self) -> None:
+        """Discover and serve. Without devices, keep retrying in the background (failOnInitError=false)."""
+        inventory = await self._discover()
+        if inventory is None or not inventory.gpus:
+            log.warning("%s", NO_DEVICES)
+            self._spawn(self._retry_discovery())
+            return
+        await self._serve(inventory)
+
+    async def _discover(self) -> Inventory | None:
+        nvml = self.nvml
+        try:
+            if not self._nvml_up:
+                await asyncio.to_thread(nvml.nvmlInit)
+                self._nvml_up = True
+            return await asyncio.to_thread(discover, nvml, self._backend.sysfs_root)
+        except nvml.NVMLError as err:
+            message = f"nvml init failed: {err}. {explain_nvml_error(err)}"
+            if self.settings.flags.failOnInitError is not False:
+                raise StartupError(message) from err
+            log.warning("%s (failOnInitError=false: staying up)", message)
+            return None
+
+    async def _retry_discovery(self) -> None:
+        delay = float(os.environ.get(DISCOVERY_RETRY_ENV, "30"))
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                inventory = await self._discover()
+            except StartupError as err:  # failOnInitError may have been turned on by a reload
+                log.warning("%s", err)
+                continue
+            if inventory is not None and inventory.gpus:
+                log.info("found %d GPU(s) on retry", len(inventory.gpus))
+                await self._serve(inventory)
+                return
+
+    async def _serve(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+        options = allocate_options(self.settings)
+        resources = build_resources(
+            inventory, ResourceOptions(mig_strategy=self.settings.flags.migStrategy or "none")
+        )
+        servers = [ResourceServer(r, self.plugin_dir, options, self.inventory.link_map) for r in resources]
+        log.info(
+            "discovered %d GPU(s) (driver %s, CUDA %s); serving %s",
+            len(inventory.gpus),
+            inventory.driver_version or "?",
+            inventory.cuda_driver_version or "?",
+            ", ".join(f"{r.name}={len(r.devices)}" for r in resources),
+        )
+        await self.registrar.set_servers(servers)
+        self._start_monitor(inventory)
+
+    # --- health --------------------------------------------------------------------------------------
+
+    def _start_monitor(self, inventory: Inventory) -> None:
+        loop = asyncio.get_running_loop()
+
+        def emit(events: Sequence[HealthEvent]) -> None:
+            if events:
+                loop.call_soon_threadsafe(self._health_queue.put_nowait, events)
+
+        self._monitor = HealthMonitor(self.nvml, inventory, policy_from_env(os.environ), emit)
+        self._monitor.start()
+
+    def _stop_monitor(self) -> None:
+        if self._monitor is not None:
+            self._monitor.stop()
+            self._monitor = None
+
+    async def _apply_health_reports(self) -> None:
+        while True:
+            events = await self._health_queue.get()
+            await self.apply_health(events)
+
+    async def apply_health(self, events: Sequence[HealthEvent]) -> None:
+        updates: dict[str, Health] = {}
+        for event in events:
+            targets = (
+                [g.uuid for g in self.inventory.gpus] if event.gpu_uuid is ALL_GPUS else [event.gpu_uuid]
+            )
+            for uuid in targets:
+                updates[uuid] = event.health
+        inventory = self.inventory.with_gpu_health(updates)
+        if inventory is self.inventory:
+            return
+        self.inventory = inventory
+        mig = self.settings.flags.migStrategy or "none"
+        for resource in build_resources(inventory, ResourceOptions(mig_strategy=mig)):
+            for server in self.registrar.servers:
+                if server.name == resource.name and await server.update(resource):
+                    log.info(
+                        "%s: %d of %d devices healthy",
+                        resource.name,
+                        resource.healthy_count,
+                        len(resource.devices),
+                    )
+
+    # --- reload --------------------------------------------------------------------------------------
+
+    async def reload(self) -> None:
+        if self._reload_settings is None:
+            return
+        try:
+            settings = self._reload_settings()
+        except ConfigError as err:
+            log.error("config reload failed, keeping the last good config running: %s", err)
+            return
+        log.info("reloading with the new config")
+        self.settings = settings
+        self._stop_monitor()
+        inventory = await self._discover()
+        if inventory is None or not inventory.gpus:
+            await self.registrar.set_servers([])
+            log.warning("%s", NO_DEVICES)
+            self._spawn(self._retry_discovery())
+            return
+        await self._serve(inventory)

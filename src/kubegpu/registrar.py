@@ -1,0 +1,225 @@
+"""Registrar: keeps every ResourceServer serving and registered with the current kubelet.
+
+It does not react to inotify events one by one. Events (and a slow safety timer) only wake a reconcile pass
+that compares what is with what should be:
+- each server runs and its socket file is the one it bound (the kubelet deletes sockets when it restarts);
+- each server is registered with the kubelet that owns the current kubelet.sock, identified by the socket
+  file's inode and ctime (a restarted kubelet creates a new one).
+A server registered with an older kubelet is restarted before it registers again, so the old connection's
+stream is gone first (the v1.32 kubelet can otherwise tear down the new registration when the old stream
+ends). Our own socket deletions wake the loop too, and the pass then finds nothing to do: idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from asyncinotify import Inotify, Mask
+
+from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
+from kubegpu.server import OPTIONS, ResourceServer
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "v1beta1"
+REGISTER_TIMEOUT_S = 15.0  # the kubelet may spend up to 10 s dialing back before it answers
+SAFETY_INTERVAL_S = 5.0  # reconcile even without events, in case one was missed
+BACKOFF_INITIAL_S = 0.02
+BACKOFF_MAX_S = 5.0
+
+KubeletId = tuple[int, int]
+
+
+@dataclass(slots=True)
+class Registration:
+    """What the registrar knows about one resource's registration."""
+
+    registered_with: KubeletId | None = None
+    registered_at: float | None = None  # time.monotonic() of the last success
+    registrations: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+
+def kubelet_identity(path: Path) -> KubeletId | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_ctime_ns)
+
+
+class Registrar:
+    def __init__(
+        self,
+        plugin_dir: Path,
+        kubelet_socket: Path | None,
+        *,
+        on_registered: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.plugin_dir = plugin_dir
+        self.kubelet_socket = kubelet_socket  # None: serve without registering (NVIDIA's --kubelet-socket "")
+        self._on_registered = on_registered
+        self._servers: list[ResourceServer] = []
+        self.state: dict[str, Registration] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._backoff = BACKOFF_INITIAL_S
+        self._woken_at = time.monotonic()
+
+    @property
+    def servers(self) -> Sequence[ResourceServer]:
+        return self._servers
+
+    def all_registered(self) -> bool:
+        if self.kubelet_socket is None:
+            return all(s.running for s in self._servers)
+        current = kubelet_identity(self.kubelet_socket)
+        return current is not None and all(
+            self.state[s.name].registered_with == current and s.running for s in self._servers
+        )
+
+    async def set_servers(self, servers: Sequence[ResourceServer]) -> None:
+        """Replace the served set (config reload, re-discovery): old servers stop before new ones start."""
+        for old in self._servers:
+            await old.stop()
+        self._servers = list(servers)
+        self.state = {s.name: Registration() for s in self._servers}
+        await self.reconcile()
+        self.wake()
+
+    def wake(self) -> None:
+        self._woken_at = time.monotonic()
+        self._backoff = BACKOFF_INITIAL_S
+        self._wake.set()
+
+    async def start(self) -> None:
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self._tasks = [
+            asyncio.create_task(self._watch(), name="registrar-watch"),
+            asyncio.create_task(self._loop(), name="registrar-loop"),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for server in self._servers:
+            await server.stop()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                retry_in = await self.reconcile()
+            except Exception:  # the loop must outlive any one bad pass
+                log.exception("reconcile pass failed; retrying")
+                retry_in = self._next_backoff()
+            timeout = SAFETY_INTERVAL_S if retry_in is None else retry_in
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+
+    async def reconcile(self) -> float | None:
+        """One pass; returns seconds until a retry is due, or None when everything is as it should be."""
+        current = kubelet_identity(self.kubelet_socket) if self.kubelet_socket else None
+        retry: float | None = None
+        for server in self._servers:
+            reg = self.state[server.name]
+            if not server.running or not server.socket_intact():
+                if server.running:
+                    log.warning("socket %s was removed (kubelet restart?): serving again", server.socket_path)
+                    await server.stop()
+                reg.registered_with = None
+                try:
+                    await server.start()
+                except (OSError, RuntimeError) as err:
+                    log.warning("cannot serve %s on %s (%s); retrying", server.name, server.socket_path, err)
+                    await server.stop()
+                    retry = self._next_backoff()
+                    continue
+            if self.kubelet_socket is None or reg.registered_with == current:
+                continue
+            if current is None:
+                log.info("waiting for the kubelet: %s does not exist yet", self.kubelet_socket)
+                continue  # its creation wakes us
+            if reg.registered_with is not None:
+                log.info("kubelet restarted: restarting %s before registering again", server.name)
+                await server.stop()
+                await server.start()
+            if await self._register(server, reg, current):
+                self._backoff = BACKOFF_INITIAL_S
+            else:
+                retry = self._next_backoff()
+        return retry
+
+    def _next_backoff(self) -> float:
+        delay = self._backoff * random.uniform(0.8, 1.2)
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+        return delay
+
+    async def _register(self, server: ResourceServer, reg: Registration, kubelet: KubeletId) -> bool:
+        assert self.kubelet_socket is not None
+        request = api_pb2.RegisterRequest(
+            version=API_VERSION,
+            endpoint=server.resource.socket_name,
+            resource_name=server.name,
+            options=OPTIONS,
+        )
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{self.kubelet_socket.resolve()}") as channel:
+                await api_pb2_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            reg.failures += 1
+            reg.last_error = f"{err.code().name}: {err.details()}"
+            log.warning(
+                "registering %s with the kubelet failed (%s); retrying with back-off",
+                server.name,
+                reg.last_error,
+            )
+            return False
+        reg.registered_with = kubelet
+        reg.registered_at = time.monotonic()
+        reg.registrations += 1
+        reg.last_error = None
+        latency = reg.registered_at - self._woken_at
+        log.info(
+            "registered %s with the kubelet (endpoint %s, %d devices)",
+            server.name,
+            server.resource.socket_name,
+            len(server.resource.devices),
+        )
+        if self._on_registered is not None:
+            self._on_registered(server.name, latency)
+        return True
+
+    async def _watch(self) -> None:
+        """Wake the loop on any change in the plugin directory; survive the directory being removed."""
+        mask = Mask.CREATE | Mask.DELETE | Mask.MOVED_TO | Mask.MOVED_FROM | Mask.DELETE_SELF | Mask.MOVE_SELF
+        while True:
+            while not self.plugin_dir.is_dir():
+                await asyncio.sleep(0.1)
+            with Inotify() as inotify:
+                try:
+                    inotify.add_watch(self.plugin_dir, mask)
+                except OSError as err:
+                    log.warning("cannot watch %s (%s); retrying", self.plugin_dir, err)
+                    await asyncio.sleep(0.5)
+                    continue
+                self.wake()  # anything may have changed while we were not watching
+                async for event in inotify:
+                    self.wake()
+                    if event.mask & (Mask.DELETE_SELF | Mask.MOVE_SELF | Mask.IGNORED):
+                        log.warning("device-plugin directory %s went away; waiting for it", self.plugin_dir)
+                        break

@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubegpu.config import (
+    FLAGS,
+    ConfigError,
+    FlagValue,
+    merge_flags,
+    parse_bool,
+    parse_config_text,
+    resolve,
+)
+
+
+def defaults(**explicit: object) -> dict[str, FlagValue]:
+    """Every flag at its default, except those given, which count as set on the command line/env."""
+    out = {s.name: FlagValue(list(s.default) if s.kind == "list" else s.default, False) for s in FLAGS}
+    for name, value in explicit.items():
+        out[name.replace("_", "-")] = FlagValue(value, True)
+    return out
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_empty_file_is_all_defaults(tmp_path: Path) -> None:
+    settings = resolve(defaults(config_file=write(tmp_path, "")))
+    assert settings.flags.migStrategy == "none"
+    assert settings.flags.failOnInitError is True
+    assert settings.device_list_strategies == ("envvar",)
+    assert settings.plugin.deviceIDStrategy == "uuid"
+    assert settings.flags.nvidiaDevRoot == "/"  # copied from the driver root
+
+
+def test_file_beats_default_but_explicit_flag_beats_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "version: v1\nflags:\n  failOnInitError: false\n  plugin:\n    deviceIDStrategy: index\n",
+    )
+    settings = resolve(defaults(config_file=path))
+    assert settings.flags.failOnInitError is False  # a false in the file survives the default true
+    assert settings.plugin.deviceIDStrategy == "index"
+    settings = resolve(defaults(config_file=path, device_id_strategy="uuid", fail_on_init_error=True))
+    assert settings.plugin.deviceIDStrategy == "uuid"
+    assert settings.flags.failOnInitError is True
+
+
+def test_json_file_and_string_or_list_strategy(tmp_path: Path) -> None:
+    path = write(tmp_path, '{"version": "v1", "flags": {"plugin": {"deviceListStrategy": "volume-mounts"}}}')
+    assert resolve(defaults(config_file=path)).device_list_strategies == ("volume-mounts",)
+    path = write(tmp_path, "flags:\n  plugin:\n    deviceListStrategy: [envvar, volume-mounts]\n")
+    assert resolve(defaults(config_file=path)).device_list_strategies == ("envvar", "volume-mounts")
+
+
+def test_dev_root_follows_driver_root(tmp_path: Path) -> None:
+    settings = resolve(defaults(driver_root="/run/nvidia/driver"))
+    assert settings.flags.nvidiaDevRoot == "/run/nvidia/driver"
+    settings = resolve(defaults(driver_root="/run/nvidia/driver", dev_root="/"))
+    assert settings.flags.nvidiaDevRoot == "/"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version: v2\n", "unable to parse config file: error parsing config file: unknown version: v2"),
+        ("flags:\n  plugin:\n    deviceListStrategy: 5\n", "invalid deviceListStrategy: 5"),
+        ("flags:\n  failOnInitError: maybe\n", "flags.failOnInitError"),
+        ("- just\n- a list\n", "expected a mapping"),
+        ("flags: [\n", "error parsing config file"),
+    ],
+)
+def test_bad_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve(defaults(config_file=write(tmp_path, text)))
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            {"device_list_strategy": ["bogus"]},
+            "unable to validate flags: invalid --device-list-strategy option: invalid strategy: bogus",
+        ),
+        (
+            {"device_id_strategy": "serial"},
+            "unable to validate flags: invalid --device-id-strategy option: serial",
+        ),
+        ({"mig_strategy": "weird"}, "unable to validate flags: unknown MIG strategy: weird"),
+    ],
+)
+def test_nvidia_validation_texts(flags: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve(defaults(**flags))
+    assert str(err.value) == message
+
+
+def test_missing_file_names_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="CONFIG_FILE"):
+        resolve(defaults(config_file=str(tmp_path / "nope.yaml")))
+
+
+def test_unknown_keys_become_warnings(tmp_path: Path) -> None:
+    path = write(tmp_path, "flags:\n  renameByDefault: true\n  plugin:\n    passDeviceSpec: true\n")
+    settings = resolve(defaults(config_file=path))
+    assert any("flags.renameByDefault" in w for w in settings.warnings)
+    assert any("flags.plugin.passDeviceSpec" in w for w in settings.warnings)
+
+
+def test_merge_does_not_mutate_the_parsed_file() -> None:
+    config, _ = parse_config_text("flags:\n  migStrategy: none\n")
+    merge_flags(config, defaults(pass_device_specs=True))
+    assert config.flags.plugin is None
+
+
+@pytest.mark.parametrize("text", ["1", "t", "T", "TRUE", "true", "True"])
+def test_go_bool_true(text: str) -> None:
+    assert parse_bool(text) is True
+
+
+def test_go_bool_rejects_yes() -> None:
+    with pytest.raises(ValueError, match="use true or false"):
+        parse_bool("yes")
+
+
+yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["version", "flags", "sharing", "other"]),
+        yaml_values
+        | st.dictionaries(st.sampled_from(["migStrategy", "plugin", "failOnInitError"]), yaml_values),
+        max_size=4,
+    )
+)
+def test_random_documents_give_a_config_or_a_clear_error(doc: dict[str, object]) -> None:
+    try:
+        config, warnings = parse_config_text(yaml.safe_dump(doc))
+    except ConfigError as err:
+        assert str(err)
+    else:
+        assert config.version == "v1"
+        assert all(isinstance(w, str) for w in warnings)

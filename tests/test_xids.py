@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kubegpu.xids import DEFAULT_IGNORED_XIDS, describe_xid, policy_from_env
+
+
+def _ignored(env: dict[str, str], xid: int) -> bool:
+    return not policy_from_env(env).is_critical(xid)
+
+
+def test_defaults_ignore_application_xids() -> None:
+    for xid in (13, 31, 43, 45, 68, 109):
+        assert _ignored({}, xid)
+    assert not _ignored({}, 79)
+    assert not _ignored({}, 555)  # NVIDIA's test vector
+
+
+def test_disable_all_and_aliases() -> None:
+    for value in ("all", "xids", " ALL ", "79,all"):
+        policy = policy_from_env({"DP_DISABLE_HEALTHCHECKS": value})
+        assert not policy.is_critical(79)
+        assert not policy.checks_enabled
+
+
+def test_enable_all_overrides_everything() -> None:
+    policy = policy_from_env({"DP_ENABLE_HEALTHCHECKS": "all"})
+    assert all(policy.is_critical(x) for x in DEFAULT_IGNORED_XIDS | {79})
+    both = policy_from_env({"DP_DISABLE_HEALTHCHECKS": "all", "DP_ENABLE_HEALTHCHECKS": "all"})
+    assert both.is_critical(13) and both.checks_enabled
+
+
+def test_enable_overrides_disable_for_listed_ids() -> None:
+    assert not _ignored({"DP_DISABLE_HEALTHCHECKS": "11", "DP_ENABLE_HEALTHCHECKS": "11"}, 11)
+    assert not _ignored({"DP_ENABLE_HEALTHCHECKS": "13"}, 13)
+    assert _ignored({"DP_DISABLE_HEALTHCHECKS": "79, 48"}, 48)
+
+
+def test_disable_all_with_specific_enable_checks_those_only() -> None:
+    # NVIDIA would not start health checks at all here; we check exactly what was enabled.
+    policy = policy_from_env({"DP_DISABLE_HEALTHCHECKS": "all", "DP_ENABLE_HEALTHCHECKS": "79"})
+    assert policy.checks_enabled
+    assert policy.is_critical(79)
+    assert not policy.is_critical(48)
+
+
+def test_malformed_entries_are_ignored() -> None:
+    policy = policy_from_env({"DP_DISABLE_HEALTHCHECKS": "abc,-4,,79"})
+    assert not policy.is_critical(79)
+    assert policy.is_critical(48)
+
+
+@given(st.text(max_size=40), st.text(max_size=40), st.integers(min_value=0, max_value=300))
+def test_any_env_text_parses(disable: str, enable: str, xid: int) -> None:
+    policy = policy_from_env({"DP_DISABLE_HEALTHCHECKS": disable, "DP_ENABLE_HEALTHCHECKS": enable})
+    assert isinstance(policy.is_critical(xid), bool)
+
+
+def test_describe() -> None:
+    assert describe_xid(79) == "XID 79 (GPU has fallen off the bus)"
+    assert describe_xid(1234) == "XID 1234"
