@@ -129,25 +129,24 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
 
     # --- DevicePlugin service -------------------------------------------------------------------------
 
-    async def GetDevicePluginOptions(self, request, context):  # noqa: N802 (gRPC method names)
+    async def GetDevicePluginOptions(self, request, context):
         return OPTIONS
 
-    async def ListAndWatch(self, request, context) -> AsyncIterator[api_pb2.ListAndWatchResponse]:  # noqa: N802
+    async def ListAndWatch(self, request, context) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
         server = self._server
         generation = self._generation
         log.info("kubelet opened ListAndWatch for %s", self.name)
         yield device_list(self.resource)
         while self._server is server and server is not None:
+            seen = generation
             async with self._changed:
-                await self._changed.wait_for(
-                    lambda: self._generation != generation or self._server is not server
-                )
+                await self._changed.wait_for(lambda: self._generation != seen or self._server is not server)
             if self._server is not server:
                 return
             generation = self._generation
             yield device_list(self.resource)
 
-    async def GetPreferredAllocation(self, request, context):  # noqa: N802
+    async def GetPreferredAllocation(self, request, context):
         responses = []
         links = self._links()
         for req in request.container_requests:
@@ -164,7 +163,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 
-    async def Allocate(self, request, context):  # noqa: N802
+    async def Allocate(self, request, context):
         if not request.container_requests:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -185,5 +184,5 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
                 self._on_allocate(self.resource, ids)
         return api_pb2.AllocateResponse(container_responses=responses)
 
-    async def PreStartContainer(self, request, context):  # noqa: N802
+    async def PreStartContainer(self, request, context):
         return api_pb2.PreStartContainerResponse()
