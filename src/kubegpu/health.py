@@ -162,7 +162,7 @@ class HealthMonitor:
         return HealthEvent(uuid, Health.failed(describe_xid(xid), xid))
 
     def _probe(self) -> list[HealthEvent]:
-        """Catch GPUs that fell off the bus without an event: every NVML call on them fails with GPU_IS_LOST."""
+        """Catch GPUs that fell off the bus without an event: NVML calls on them fail with GPU_IS_LOST."""
         nvml, events = self._nvml, []
         for uuid, handle in self._handles.items():
             try:

@@ -208,8 +208,9 @@ class Registrar:
         """Wake the loop on any change in the plugin directory; survive the directory being removed."""
         mask = Mask.CREATE | Mask.DELETE | Mask.MOVED_TO | Mask.MOVED_FROM | Mask.DELETE_SELF | Mask.MOVE_SELF
         while True:
-            while not self.plugin_dir.is_dir():  # inotify cannot watch what does not exist: poll
-                await asyncio.sleep(0.1)  # noqa: ASYNC110
+            # inotify cannot watch a directory that does not exist: poll for it.
+            while not self.plugin_dir.is_dir():  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
             with Inotify() as inotify:
                 try:
                     inotify.add_watch(self.plugin_dir, mask)

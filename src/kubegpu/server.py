@@ -8,6 +8,7 @@ functions in `allocate` and `preferred`; this module only translates between the
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -127,6 +128,9 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
                 self._changed.notify_all()
         return changed
 
+    def _outdated(self, generation: int, server: grpc.aio.Server | None) -> bool:
+        return self._generation != generation or self._server is not server
+
     # --- DevicePlugin service -------------------------------------------------------------------------
 
     async def GetDevicePluginOptions(self, request, context):
@@ -138,9 +142,8 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         log.info("kubelet opened ListAndWatch for %s", self.name)
         yield device_list(self.resource)
         while self._server is server and server is not None:
-            seen = generation
             async with self._changed:
-                await self._changed.wait_for(lambda: self._generation != seen or self._server is not server)
+                await self._changed.wait_for(functools.partial(self._outdated, generation, server))
             if self._server is not server:
                 return
             generation = self._generation
