@@ -9,15 +9,15 @@ that fell off the bus without an event is still caught.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubegpu.inventory import Health, Inventory
+from kubegpu.nvml import device_handle_id
 from kubegpu.xids import XidPolicy, describe_xid
 
 log = logging.getLogger(__name__)
@@ -30,14 +30,6 @@ WHOLE_GPU = 0xFFFFFFFF  # GI/CI ids NVML reports for an event that concerns the 
 class HealthEvent:
     gpu_uuid: str | None  # None: every GPU (e.g. the event wait itself failed)
     health: Health
-
-
-def _handle_key(handle: Any) -> Hashable:
-    """A stable key for an NVML device handle: ctypes pointers compare by address, fakes by value."""
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return handle
 
 
 class HealthMonitor:
@@ -60,7 +52,7 @@ class HealthMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._handles: dict[str, Any] = {}
-        self._uuid_by_handle: dict[Hashable, str] = {}
+        self._uuid_by_handle: dict[int, str] = {}
         self._lost: set[str] = set()
 
     def start(self) -> None:
@@ -102,7 +94,7 @@ class HealthMonitor:
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
             self._handles[uuid] = handle
-            self._uuid_by_handle[_handle_key(handle)] = uuid
+            self._uuid_by_handle[device_handle_id(handle)] = uuid
             supported = nvml.nvmlDeviceGetSupportedEventTypes(handle)
             nvml.nvmlDeviceRegisterEvents(handle, wanted & supported, event_set)
         except nvml.NVMLError_NotSupported:
@@ -143,7 +135,7 @@ class HealthMonitor:
             log.info("ignoring ECC event type %#x on a GPU (NVIDIA acts on XIDs only)", data.eventType)
             return None
         xid = int(data.eventData)
-        uuid = self._uuid_by_handle.get(_handle_key(data.device))
+        uuid = self._uuid_by_handle.get(device_handle_id(data.device))
         if uuid is None:
             try:
                 uuid = nvml.nvmlDeviceGetUUID(data.device)

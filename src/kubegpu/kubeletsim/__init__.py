@@ -1,0 +1,44 @@
+"""A kubelet device manager for tests, benchmarks and demos.
+
+It speaks the real Device Plugin API v1beta1 on real unix sockets and follows the real kubelet's rules
+(see shared/spec/kubelet-device-plugin-api.md): registration checks and dial-back, ListAndWatch as the
+complete device list, capacity vs allocatable, restart wiping the socket directory, the checkpoint, and
+pod admission with GetPreferredAllocation, one Allocate per container per resource, and PreStartContainer.
+
+    async with KubeletSimulator(Path("/tmp/dp"), on_event=Narrator()) as sim:
+        ...  # start a plugin that registers on /tmp/dp/kubelet.sock
+        await sim.wait_for(lambda: sim.allocatable().get("nvidia.com/gpu") == 8, timeout=10)
+        allocation = await sim.admit(Pod("train", containers=[Container("main", {"nvidia.com/gpu": 2})]))
+        allocation.containers["main"].run_options.envs  # what the container would get
+
+Not reproduced: the topology manager (the default policy "none" gives no NUMA hints), the kubelet-restart
+case of containers still running, the plugin-watcher registration path, SELinux labels, metrics, and the
+Go checksum of the checkpoint (written as 0).
+"""
+
+from .devicemanager import DeviceState
+from .endpoint import RpcRecord
+from .errors import AdmissionError, ContainerStartError, PodError
+from .events import EventKind, SimEvent
+from .names import is_extended_resource_name
+from .narrator import Narrator
+from .pods import Container, ContainerAllocation, Pod, PodAllocation, RunContainerOptions
+from .simulator import KubeletSimulator
+
+__all__ = [
+    "AdmissionError",
+    "Container",
+    "ContainerAllocation",
+    "ContainerStartError",
+    "DeviceState",
+    "EventKind",
+    "KubeletSimulator",
+    "Narrator",
+    "Pod",
+    "PodAllocation",
+    "PodError",
+    "RpcRecord",
+    "RunContainerOptions",
+    "SimEvent",
+    "is_extended_resource_name",
+]

@@ -1,0 +1,101 @@
+"""The device manager's checkpoint file, `<plugin dir>/kubelet_internal_checkpoint` (spec §9).
+
+The JSON shape is the kubelet's. The checksum is not: the kubelet's is FNV-1a over a Go-specific deep
+print (`hashutil.DeepHashObject`) of the data that Python cannot reproduce faithfully, so we write 0 and
+never verify it when reading. A real kubelet would reject our file as corrupt; only the simulator reads it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHECKPOINT_FILE = "kubelet_internal_checkpoint"
+NO_NUMA_NODE = -1  # NUMA key under which devices without topology are recorded
+
+
+@dataclass(frozen=True, slots=True)
+class PodDeviceEntry:
+    pod_uid: str
+    container_name: str
+    resource_name: str
+    device_ids: Mapping[int, tuple[str, ...]]  # NUMA node -> device ids
+    alloc_resp: bytes  # serialized ContainerAllocateResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    pod_device_entries: tuple[PodDeviceEntry, ...] = ()
+    registered_devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # healthy ids
+
+
+def to_json(checkpoint: Checkpoint) -> str:
+    entries = [
+        {
+            "PodUID": e.pod_uid,
+            "ContainerName": e.container_name,
+            "ResourceName": e.resource_name,
+            "DeviceIDs": {str(numa): list(ids) for numa, ids in sorted(e.device_ids.items())},
+            "AllocResp": base64.b64encode(e.alloc_resp).decode(),
+        }
+        for e in checkpoint.pod_device_entries
+    ]
+    data = {
+        # Go marshals the kubelet's nil slice of entries as null.
+        "Data": {
+            "PodDeviceEntries": entries or None,
+            "RegisteredDevices": {r: list(ids) for r, ids in sorted(checkpoint.registered_devices.items())},
+        },
+        "Checksum": 0,
+    }
+    return json.dumps(data, separators=(",", ":"))
+
+
+def from_json(text: str) -> Checkpoint:
+    try:
+        data: dict[str, Any] = json.loads(text)["Data"]
+        entries = tuple(
+            PodDeviceEntry(
+                pod_uid=e["PodUID"],
+                container_name=e["ContainerName"],
+                resource_name=e["ResourceName"],
+                device_ids={int(numa): tuple(ids) for numa, ids in (e["DeviceIDs"] or {}).items()},
+                alloc_resp=base64.b64decode(e["AllocResp"] or ""),
+            )
+            for e in data.get("PodDeviceEntries") or ()
+        )
+        registered = {r: tuple(ids or ()) for r, ids in (data.get("RegisteredDevices") or {}).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"corrupt device manager checkpoint: {exc}") from exc
+    return Checkpoint(entries, registered)
+
+
+def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> None:
+    """Write atomically (temp file + rename), as the kubelet's checkpoint manager does.
+
+    Synchronous on purpose: the file is a few KiB and writing it in order with the state change it records
+    matters more than the microseconds it holds the loop.
+    """
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(to_json(checkpoint))
+        os.replace(tmp, directory / CHECKPOINT_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_checkpoint(directory: Path) -> Checkpoint | None:
+    """The checkpoint in `directory`, None when there is none. ValueError when it cannot be parsed."""
+    try:
+        text = (directory / CHECKPOINT_FILE).read_text()
+    except FileNotFoundError:
+        return None
+    return from_json(text)

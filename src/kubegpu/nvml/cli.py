@@ -1,0 +1,155 @@
+"""`kubegpu fake-nvml`: list the fake NVML's node profiles and inject faults into a running fake.
+
+Run standalone as `python -m kubegpu.nvml.cli`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kubegpu.nvml import FAKE_ENV
+from kubegpu.nvml.fake import ProfileError, list_profiles
+from kubegpu.nvml.state import STATE_ENV, WHOLE_GPU, StateDir, StateDirError
+
+
+@click.group("fake-nvml")
+def fake_nvml() -> None:
+    """The fake NVML: GPU nodes without GPUs, for demos and tests.
+
+    A process started with KUBEGPU_FAKE_NVML=<profile> sees the profile's GPUs through the NVML API
+    instead of the real driver. Give it KUBEGPU_FAKE_NVML_STATE=<dir> too, and `inject` (run with the
+    same KUBEGPU_FAKE_NVML_STATE) can make its GPUs fail while it runs. Faults stay in that directory,
+    across restarts too, until `inject --recover` or until the directory is removed.
+    """
+
+
+@fake_nvml.command("profiles")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of objects) instead of a table.")
+def profiles(as_json: bool) -> None:
+    """List the node profiles shipped with kubegpu.
+
+    Use a name as KUBEGPU_FAKE_NVML=<name>, or write your own profile and pass its .yaml path.
+    """
+    try:
+        summaries = list_profiles()
+    except ProfileError as err:
+        raise click.ClickException(str(err)) from err
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(s) for s in summaries], indent=2))
+        return
+    table = Table(title=f"Fake NVML profiles ({FAKE_ENV}=<name>)")
+    table.add_column("Name", style="bold")
+    table.add_column("GPUs")
+    table.add_column("Description")
+    for s in summaries:
+        table.add_row(s.name, s.gpus, s.description)
+    Console().print(table)
+
+
+@fake_nvml.command("inject")
+@click.option(
+    "--state-dir",
+    envvar=STATE_ENV,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"The fake's state directory [env {STATE_ENV}]; must be the one the daemon uses.",
+)
+@click.option("--gpu", type=click.IntRange(min=0), help="GPU index (as nvidia-smi numbers them).")
+@click.option("--xid", type=click.IntRange(min=0), help="Raise an XID critical error event, e.g. 48 or 79.")
+@click.option(
+    "--lost", is_flag=True, help="The GPU falls off the bus: XID 79, then every NVML call on it fails."
+)
+@click.option("--ecc", type=click.Choice(["single", "double"]), help="Raise an ECC error event (no XID).")
+@click.option("--wait-error", is_flag=True, help="The next NVML event wait fails with NVML_ERROR_UNKNOWN.")
+@click.option("--recover", is_flag=True, help="Undo --lost and pending ECC row remaps, as a GPU reset would.")
+@click.option("--gi", type=click.IntRange(min=0), help="With --xid: the MIG GPU instance id the event names.")
+@click.option("--ci", type=click.IntRange(min=0), help="With --xid: the MIG compute instance id.")
+def inject(
+    state_dir: Path | None,
+    gpu: int | None,
+    xid: int | None,
+    lost: bool,
+    ecc: str | None,
+    wait_error: bool,
+    recover: bool,
+    gi: int | None,
+    ci: int | None,
+) -> None:
+    """Inject one fault into a running fake NVML.
+
+    \b
+    Examples:
+      kubegpu fake-nvml inject --gpu 0 --xid 48
+      kubegpu fake-nvml inject --gpu 3 --lost
+      kubegpu fake-nvml inject --gpu 3 --recover
+      kubegpu fake-nvml inject --wait-error
+    """
+    actions = {"--xid": xid is not None, "--lost": lost, "--ecc": ecc is not None}
+    actions |= {"--wait-error": wait_error, "--recover": recover}
+    chosen = [name for name, on in actions.items() if on]
+    if len(chosen) != 1:
+        raise click.UsageError(f"give exactly one of {', '.join(actions)} (got {len(chosen)})")
+    if (gi is not None or ci is not None) and xid is None:
+        raise click.UsageError("--gi and --ci only go with --xid")
+    if (gpu is None) != wait_error:
+        raise click.UsageError(
+            "--wait-error affects every GPU, drop --gpu" if wait_error else f"{chosen[0]} needs --gpu INDEX"
+        )
+    state = _state_dir(state_dir)
+    if gpu is not None:
+        _check_gpu(state, gpu)
+    if xid is not None:
+        assert gpu is not None
+        state.inject_xid(gpu, xid, WHOLE_GPU if gi is None else gi, WHOLE_GPU if ci is None else ci)
+        done = f"XID {xid} on GPU {gpu}" + (
+            f" (GI {gi}, CI {ci})" if gi is not None or ci is not None else ""
+        )
+    elif lost:
+        assert gpu is not None
+        state.inject_lost(gpu)
+        done = f"GPU {gpu} fallen off the bus (XID 79)"
+    elif ecc is not None:
+        assert gpu is not None
+        state.inject_ecc(gpu, "double" if ecc == "double" else "single")
+        done = f"{ecc}-bit ECC error on GPU {gpu}"
+    elif recover:
+        assert gpu is not None
+        state.recover(gpu)
+        done = f"GPU {gpu} recovered"
+    else:
+        state.inject_wait_error()
+        done = "an NVML event wait error"
+    click.echo(f"injected {done} into {state.path}")
+
+
+def _state_dir(option: Path | None) -> StateDir:
+    try:
+        if option is None:
+            return StateDir.from_env({})  # click already looked at the environment: this says how to set it
+        return StateDir.existing(option)
+    except StateDirError as err:
+        raise click.UsageError(str(err)) from err
+
+
+def _check_gpu(state: StateDir, gpu: int) -> None:
+    meta = state.read_meta()
+    if meta is None:
+        click.echo(
+            f"warning: no fake NVML has started with {state.path} yet; GPU {gpu} is not checked", err=True
+        )
+        return
+    count = len(meta.get("gpus", []))
+    if gpu >= count:
+        valid = f"use 0..{count - 1}" if count else "it has none"
+        raise click.BadParameter(
+            f"the fake NVML (profile {meta.get('profile')}) has no GPU {gpu}: {valid}", param_hint="--gpu"
+        )
+
+
+if __name__ == "__main__":
+    fake_nvml(prog_name="kubegpu fake-nvml")

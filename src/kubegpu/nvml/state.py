@@ -1,0 +1,261 @@
+"""Shared state of a fake NVML: the faults and events several processes see through one directory.
+
+The daemon (running the fake) and `kubegpu fake-nvml inject` (another process) meet in a state directory:
+
+- `faults.json`: per-GPU fault flags (lost, ECC counters, pending row remap), replaced atomically
+  (temp file + rename) so a reader never sees a half-written file.
+- `events.jsonl`: an append-only log of injected NVML events, one JSON object a line. Each event set
+  remembers a byte offset and only delivers what was appended after it, like a real event set only
+  delivers events raised after it was created.
+- `meta.json`: which profile the fake runs, so the injector can check a GPU index.
+- `sysfs/`: the sysfs tree the fake writes (`bus/pci/devices/<busid>/numa_node`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pynvml
+
+STATE_ENV = "KUBEGPU_FAKE_NVML_STATE"
+
+EVENTS_FILE = "events.jsonl"
+FAULTS_FILE = "faults.json"
+META_FILE = "meta.json"
+SYSFS_DIR = "sysfs"
+_LOCK_FILE = ".lock"
+
+WHOLE_GPU = 0xFFFFFFFF  # GI/CI id NVML puts in events that concern the whole GPU
+XID_FALLEN_OFF_BUS = 79
+
+
+class StateDirError(RuntimeError):
+    """The state directory is missing or unusable; the message says how to fix it."""
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so readers see either the old or the new content, never a mix."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        # File timestamps come from a coarse clock; a precise one lets readers cache on (inode, mtime).
+        now = time.time_ns()
+        os.utime(tmp, ns=(now, now))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One line of the events log: an NVML event for a GPU, or a one-shot failure of the event wait."""
+
+    kind: Literal["event", "wait_error"]
+    gpu: int | None = None
+    event_type: int = 0  # pynvml.nvmlEventType* bit
+    data: int = 0  # the XID for XID events
+    gi: int = WHOLE_GPU
+    ci: int = WHOLE_GPU
+
+    def to_line(self) -> bytes:
+        return (json.dumps(dataclasses.asdict(self), separators=(",", ":")) + "\n").encode()
+
+    @classmethod
+    def from_line(cls, line: bytes) -> EventRecord:
+        return cls(**json.loads(line))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFaults:
+    """Faults injected into one GPU."""
+
+    lost: bool = False
+    ecc_corrected: int = 0
+    ecc_uncorrected: int = 0
+    remap_pending: bool = False  # a row remap (A100+) or page retirement (older) waits for a GPU reset
+
+
+_NO_FAULTS = GpuFaults()
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Faults of every GPU, keyed by GPU index."""
+
+    gpus: Mapping[int, GpuFaults] = field(default_factory=dict)
+
+    def gpu(self, index: int) -> GpuFaults:
+        return self.gpus.get(index, _NO_FAULTS)
+
+    def to_json(self) -> bytes:
+        body = {str(i): dataclasses.asdict(f) for i, f in sorted(self.gpus.items()) if f != _NO_FAULTS}
+        return json.dumps({"gpus": body}, indent=2).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Faults:
+        body = json.loads(raw).get("gpus", {})
+        return cls({int(i): GpuFaults(**f) for i, f in body.items()})
+
+
+class StateDir:
+    """A fake NVML state directory. Safe to use from several processes and threads at once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._faults_path = os.fspath(self.path / FAULTS_FILE)  # a str: stat()ed on every NVML call
+        self._faults_key: tuple[int, int, int] | None = None
+        self._faults = Faults()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> StateDir:
+        """The state directory named by KUBEGPU_FAKE_NVML_STATE; it must exist."""
+        env = os.environ if env is None else env
+        value = env.get(STATE_ENV, "").strip()
+        if not value:
+            raise StateDirError(
+                f"{STATE_ENV} is not set: set it to the state directory the fake NVML daemon was "
+                f"started with (the daemon's own {STATE_ENV}), or pass --state-dir"
+            )
+        return cls.existing(Path(value))
+
+    @classmethod
+    def existing(cls, path: Path) -> StateDir:
+        if not path.is_dir():
+            raise StateDirError(
+                f"fake NVML state directory {path} does not exist: start the daemon with "
+                f"{STATE_ENV}={path} first, or check the path for a typo"
+            )
+        return cls(path)
+
+    def create(self) -> StateDir:
+        (self.path / SYSFS_DIR).mkdir(parents=True, exist_ok=True)
+        return self
+
+    @property
+    def sysfs_root(self) -> Path:
+        return self.path / SYSFS_DIR
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / EVENTS_FILE
+
+    # -- faults -------------------------------------------------------------------------------------
+
+    def faults(self) -> Faults:
+        """Current faults. Every fake NVML device call asks, so it re-reads only a changed file."""
+        try:
+            st = os.stat(self._faults_path)
+        except FileNotFoundError:
+            return Faults()
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)  # rename gives a new inode, so this sees every write
+        if key != self._faults_key:
+            with open(self._faults_path, "rb") as f:
+                self._faults = Faults.from_json(f.read())
+            self._faults_key = key
+        return self._faults
+
+    def update_gpu_faults(self, gpu: int, change: Callable[[GpuFaults], GpuFaults]) -> GpuFaults:
+        """Read-modify-write one GPU's faults under the directory lock."""
+        with self._locked():
+            path = self.path / FAULTS_FILE
+            current = Faults.from_json(path.read_bytes()) if path.exists() else Faults()
+            new = change(current.gpu(gpu))
+            atomic_write(path, Faults({**current.gpus, gpu: new}).to_json())
+            return new
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def append_event(self, record: EventRecord) -> None:
+        # One write of one line with O_APPEND: readers see whole lines or nothing of it.
+        with self._locked():
+            fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, record.to_line())
+            finally:
+                os.close(fd)
+
+    def events_end(self) -> int:
+        """Byte offset of the end of the events log (where the next event will start)."""
+        try:
+            return os.stat(self.events_path).st_size
+        except FileNotFoundError:
+            return 0
+
+    def read_events(self, offset: int) -> tuple[list[tuple[int, EventRecord]], int]:
+        """Complete records from `offset` on, each with its start offset, and the offset after them."""
+        if self.events_end() <= offset:
+            return [], offset
+        with open(self.events_path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+        records = []
+        pos = offset
+        for line in chunk.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                break  # a writer is mid-line; pick it up on the next read
+            records.append((pos, EventRecord.from_line(line)))
+            pos += len(line)
+        return records, pos
+
+    # -- metadata -----------------------------------------------------------------------------------
+
+    def write_meta(self, meta: Mapping[str, Any]) -> None:
+        atomic_write(self.path / META_FILE, json.dumps(meta, indent=2).encode())
+
+    def read_meta(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.path / META_FILE).read_bytes())
+        except FileNotFoundError:
+            return None
+
+    # -- fault injection ----------------------------------------------------------------------------
+
+    def inject_xid(self, gpu: int, xid: int, gi: int = WHOLE_GPU, ci: int = WHOLE_GPU) -> None:
+        self.append_event(EventRecord("event", gpu, pynvml.nvmlEventTypeXidCriticalError, xid, gi=gi, ci=ci))
+
+    def inject_lost(self, gpu: int) -> None:
+        """The GPU falls off the bus: every call on it fails from now on, then XID 79 is raised."""
+        self.update_gpu_faults(gpu, lambda f: dataclasses.replace(f, lost=True))
+        self.inject_xid(gpu, XID_FALLEN_OFF_BUS)
+
+    def inject_ecc(self, gpu: int, kind: Literal["single", "double"]) -> None:
+        if kind == "single":
+            self.update_gpu_faults(gpu, lambda f: dataclasses.replace(f, ecc_corrected=f.ecc_corrected + 1))
+            event_type = pynvml.nvmlEventTypeSingleBitEccError
+        else:
+            self.update_gpu_faults(
+                gpu,
+                lambda f: dataclasses.replace(f, ecc_uncorrected=f.ecc_uncorrected + 1, remap_pending=True),
+            )
+            event_type = pynvml.nvmlEventTypeDoubleBitEccError
+        self.append_event(EventRecord("event", gpu, event_type, 0))
+
+    def inject_wait_error(self) -> None:
+        """The next nvmlEventSetWait of every existing event set raises NVML_ERROR_UNKNOWN."""
+        self.append_event(EventRecord("wait_error"))
+
+    def recover(self, gpu: int) -> None:
+        """As after a GPU reset: back on the bus, no pending remap (ECC counts stay, as aggregate ones do)."""
+        self.update_gpu_faults(gpu, lambda f: dataclasses.replace(f, lost=False, remap_pending=False))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.path / _LOCK_FILE, "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
