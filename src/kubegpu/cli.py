@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
+
+# gRPC's C core logs connection chatter (GOAWAY on shutdown, ...) to stderr at INFO; keep errors only.
+# Must be set before grpc is first imported.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from typing import Any
 
 import click

@@ -116,7 +116,7 @@ class EventLog:
             self._notify_task = None
             self._changed.notify_all()
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:  # noqa: ASYNC109 -- a deadline is part of every wait here
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
         """Return once `predicate()` holds; it is re-checked after every event. TimeoutError otherwise."""
         try:
             async with asyncio.timeout(timeout), self._changed:
@@ -132,7 +132,7 @@ class EventLog:
         resource: str | None = None,
         after: int = 0,
         where: Callable[[SimEvent], bool] | None = None,
-        timeout: float,  # noqa: ASYNC109 -- a deadline is part of every wait here
+        timeout: float,
     ) -> SimEvent:
         """The first event of `kind` (and `resource`, and satisfying `where`) with seq > `after`."""
 

@@ -197,7 +197,7 @@ class KubeletSimulator:
             if (method is None or r.method == method) and (resource is None or r.resource == resource)
         ]
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:  # noqa: ASYNC109 -- a deadline is part of every wait here
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
         """Return once `predicate()` holds, re-checked after every state change; TimeoutError if not."""
         await self._log.wait_for(predicate, timeout)
 
@@ -208,7 +208,7 @@ class KubeletSimulator:
         resource: str | None = None,
         after: int = 0,
         where: Callable[[SimEvent], bool] | None = None,
-        timeout: float,  # noqa: ASYNC109 -- a deadline is part of every wait here
+        timeout: float,
     ) -> SimEvent:
         """The first `kind` event (of `resource`, satisfying `where`) newer than seq `after`.
 

@@ -1,0 +1,32 @@
+"""Contract tests: `kubegpu plugin` as a separate process against the kubelet simulator on unix sockets."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kubegpu.discovery import discover, nvml_session
+from kubegpu.inventory import Inventory
+from kubegpu.nvml import load_nvml
+from kubegpu.simnode import SimulatedNode
+
+
+def profile_inventory(profile: str) -> Inventory:
+    """What the plugin should find: the real discovery code on the same fake profile, in this process."""
+    backend = load_nvml({"KUBEGPU_FAKE_NVML": profile})
+    with nvml_session(backend.nvml):
+        return discover(backend)
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[SimulatedNode]:
+    async with SimulatedNode("dgx-a100") as n:
+        yield n
+
+
+@pytest.fixture
+async def running(node: SimulatedNode) -> SimulatedNode:
+    node.start_plugin()
+    await node.wait_allocatable(8)
+    return node

@@ -1,0 +1,202 @@
+"""The daemon as a node runs it: registration, capacity, Allocate, faults, restarts, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+
+from kubegpu.kubeletsim import Container, EventKind, Pod
+from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
+from tests.contract.conftest import profile_inventory
+
+DGX_A100 = profile_inventory("dgx-a100")
+UUIDS = [g.uuid for g in DGX_A100.gpus]
+
+
+async def test_registers_all_gpus_with_numa_topology(running: SimulatedNode) -> None:
+    sim = running.sim
+    assert sim.capacity()[GPU_RESOURCE] == 8
+    assert sim.allocatable()[GPU_RESOURCE] == 8
+    options = sim.options(GPU_RESOURCE)
+    assert (
+        options is not None and options.get_preferred_allocation_available and not options.pre_start_required
+    )
+    devices = sim.devices(GPU_RESOURCE)
+    assert sorted(devices) == sorted(UUIDS)
+    assert {u: d.numa_nodes for u, d in devices.items()} == {g.uuid: (g.numa_node,) for g in DGX_A100.gpus}
+    assert running.plugin_sockets() == ["nvidia-gpu.sock"]
+
+
+async def test_pod_gets_two_gpus_and_their_uuids(running: SimulatedNode) -> None:
+    allocation = await running.sim.admit(Pod("train", containers=[Container("main", {GPU_RESOURCE: 2})]))
+    main = allocation.containers["main"]
+    chosen = main.devices[GPU_RESOURCE]
+    assert len(chosen) == 2 and set(chosen) <= set(UUIDS)
+    assert main.run_options is not None
+    assert sorted(main.run_options.envs["NVIDIA_VISIBLE_DEVICES"].split(",")) == sorted(chosen)
+    (preferred,) = running.sim.rpc_calls("GetPreferredAllocation")
+    assert list(preferred.response.container_responses[0].deviceIDs) and preferred.error is None
+
+
+async def test_preferred_allocation_follows_nvlink_on_dgx1() -> None:
+    volta = profile_inventory("dgx1-volta")
+    links = volta.link_map()
+    async with SimulatedNode("dgx1-volta") as node:
+        node.start_plugin()
+        await node.wait_allocatable(8)
+        allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 2})]))
+        a, b = (volta.gpu_by_uuid(u).index for u in allocation.containers["c"].devices[GPU_RESOURCE])
+        assert links[(a, b)].nvlinks == 2  # a double NVLink pair, the best a DGX-1 pair can get
+
+
+async def test_xid_marks_the_gpu_unhealthy_and_ignored_xids_do_not(running: SimulatedNode) -> None:
+    running.inject("--gpu", "2", "--xid", "13")  # application error: ignored by default
+    running.inject("--gpu", "5", "--xid", "79")
+    await running.wait_allocatable(7)
+    devices = running.sim.devices(GPU_RESOURCE)
+    assert devices[UUIDS[5]].health == "Unhealthy"
+    assert devices[UUIDS[2]].health == "Healthy"
+    assert running.sim.capacity()[GPU_RESOURCE] == 8
+    log = running.plugin_log()
+    assert "XID 79 (GPU has fallen off the bus)" in log and "ignoring XID 13" in log
+
+
+async def test_xid_ignored_list_follows_env() -> None:
+    async with SimulatedNode("dgx-a100", env={"DP_DISABLE_HEALTHCHECKS": "79"}) as node:
+        node.start_plugin()
+        await node.wait_allocatable(8)
+        node.inject("--gpu", "1", "--xid", "79")
+        node.inject("--gpu", "2", "--xid", "48")
+        await node.wait_allocatable(7)
+        assert node.sim.devices(GPU_RESOURCE)[UUIDS[1]].health == "Healthy"
+        assert node.sim.devices(GPU_RESOURCE)[UUIDS[2]].health == "Unhealthy"
+
+
+async def test_event_wait_error_marks_every_gpu_unhealthy(running: SimulatedNode) -> None:
+    running.inject("--wait-error")
+    await running.wait_allocatable(0)
+    assert running.sim.capacity()[GPU_RESOURCE] == 8
+
+
+async def test_lost_gpu_is_unhealthy(running: SimulatedNode) -> None:
+    running.inject("--gpu", "6", "--lost")
+    await running.wait_allocatable(7)
+    assert running.sim.devices(GPU_RESOURCE)[UUIDS[6]].health == "Unhealthy"
+
+
+async def test_kubelet_restart_twenty_times(running: SimulatedNode) -> None:
+    running.inject("--gpu", "0", "--xid", "79")
+    await running.wait_allocatable(7)
+    for _ in range(20):
+        mark = running.sim.last_seq
+        await running.sim.restart()
+        await running.sim.wait_for_event(EventKind.REGISTERED, resource=GPU_RESOURCE, after=mark, timeout=10)
+        await running.wait_allocatable(7)  # capacity back every time, the unhealthy GPU still unhealthy
+        assert running.sim.capacity()[GPU_RESOURCE] == 8
+        assert running.plugin_sockets() == ["nvidia-gpu.sock"]
+    assert running.plugin is not None and running.plugin.poll() is None
+
+
+async def test_sigkill_and_restart_keeps_ids_and_leaves_no_stale_socket(running: SimulatedNode) -> None:
+    before = sorted(running.sim.devices(GPU_RESOURCE))
+    await running.stop_plugin(signal.SIGKILL)
+    await running.sim.wait_for(lambda: running.sim.allocatable().get(GPU_RESOURCE) == 0, timeout=10)
+    running.start_plugin()
+    await running.wait_allocatable(8)
+    assert sorted(running.sim.devices(GPU_RESOURCE)) == before
+    assert running.plugin_sockets() == ["nvidia-gpu.sock"]
+
+
+async def test_sigterm_removes_sockets_and_exits_zero(running: SimulatedNode) -> None:
+    assert await running.stop_plugin(signal.SIGTERM) == 0
+    assert running.plugin_sockets() == []
+    assert (running.plugin_dir / "kubelet.sock").exists()  # never touches the kubelet's
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "expected"),
+    [
+        ({"DEVICE_ID_STRATEGY": "index"}, [], "index"),
+        ({"DEVICE_ID_STRATEGY": "index"}, ["--device-id-strategy", "uuid"], "uuid"),  # CLI beats env
+        ({}, ["--device-id-strategy=index"], "index"),
+    ],
+)
+async def test_env_and_flag_precedence(env: dict[str, str], args: list[str], expected: str) -> None:
+    async with SimulatedNode("dgx-a100", env=env, plugin_args=args) as node:
+        node.start_plugin()
+        await node.wait_allocatable(8)
+        allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 1})]))
+        c = allocation.containers["c"]
+        (uuid,) = c.devices[GPU_RESOURCE]
+        visible = c.run_options.envs["NVIDIA_VISIBLE_DEVICES"]
+        assert visible == (str(DGX_A100.gpu_by_uuid(uuid).index) if expected == "index" else uuid)
+
+
+async def test_pass_device_specs_from_env() -> None:
+    async with SimulatedNode("dgx-a100", env={"PASS_DEVICE_SPECS": "true"}) as node:
+        node.start_plugin()
+        await node.wait_allocatable(8)
+        allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 1})]))
+        c = allocation.containers["c"]
+        (uuid,) = c.devices[GPU_RESOURCE]
+        minor = DGX_A100.gpu_by_uuid(uuid).minor
+        paths = [(d.container_path, d.host_path, d.permissions) for d in c.run_options.devices]
+        assert (f"/dev/nvidia{minor}", f"/dev/nvidia{minor}", "rw") in paths
+
+
+async def test_no_driver_fails_with_cause_and_fix() -> None:
+    async with SimulatedNode("no-driver") as node:
+        node.start_plugin()
+        assert await node.wait_plugin_exit() == 1
+        log = node.plugin_log()
+        assert "nvml init failed" in log and "Driver Not Loaded" in log
+        assert "driver" in log.lower() and node.plugin_sockets() == []
+
+
+async def test_no_driver_without_fail_on_init_error_stays_up_and_retries() -> None:
+    env = {"FAIL_ON_INIT_ERROR": "false", "KUBEGPU_DISCOVERY_RETRY_SECONDS": "0.2"}
+    async with SimulatedNode("no-driver", env=env) as node:
+        node.start_plugin()
+        for _ in range(100):
+            if node.plugin_log().count("nvml init failed") >= 2:  # the first try and at least one retry
+                break
+            await asyncio.sleep(0.1)
+        log = node.plugin_log()
+        assert "No devices found. Waiting indefinitely." in log
+        assert log.count("nvml init failed") >= 2
+        assert node.plugin is not None and node.plugin.poll() is None
+        assert node.plugin_sockets() == [] and not node.sim.registered(GPU_RESOURCE)
+        assert await node.stop_plugin() == 0
+
+
+async def test_bad_config_file_at_start_exits_naming_the_field(node: SimulatedNode) -> None:
+    config = node.root / "config.yaml"
+    config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: serial\n")
+    node.start_plugin("--config-file", str(config))
+    assert await node.wait_plugin_exit() == 1
+    assert "unable to validate flags: invalid --device-id-strategy option: serial" in node.plugin_log()
+
+
+async def test_sighup_reload_keeps_last_good_config_and_applies_a_good_one(node: SimulatedNode) -> None:
+    config: Path = node.root / "config.yaml"
+    config.write_text("version: v1\n")
+    node.start_plugin("--config-file", str(config))
+    await node.wait_allocatable(8)
+    config.write_text("version: v1\nflags:\n  migStrategy: sideways\n")
+    node.signal_plugin(signal.SIGHUP)
+    for _ in range(100):
+        if "keeping the last good config" in node.plugin_log():
+            break
+        await asyncio.sleep(0.05)
+    assert "unknown MIG strategy: sideways" in node.plugin_log()
+    assert node.sim.allocatable()[GPU_RESOURCE] == 8
+    config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n")
+    mark = node.sim.last_seq
+    node.signal_plugin(signal.SIGHUP)
+    await node.sim.wait_for_event(EventKind.REGISTERED, resource=GPU_RESOURCE, after=mark, timeout=10)
+    await node.wait_allocatable(8)
+    allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 1})]))
+    assert allocation.containers["c"].run_options.envs["NVIDIA_VISIBLE_DEVICES"].isdigit()
