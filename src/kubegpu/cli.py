@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import sys
@@ -87,7 +88,28 @@ def flag_values(ctx: click.Context, params: dict[str, Any]) -> dict[str, FlagVal
     return out
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class LazyGroup(click.Group):
+    """A click group whose subcommands are named "module:attribute" and imported on first use."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands: dict[str, str] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy_commands])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy_commands.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, attribute = target.split(":")
+        return getattr(importlib.import_module(module_name), attribute)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
 @click.version_option(__version__, prog_name="kubegpu")
 def main() -> None:
     """kubegpu: a Kubernetes GPU device plugin (a drop-in for NVIDIA's) and the SRE tools around it.
@@ -133,14 +155,15 @@ def plugin_cmd(ctx: click.Context, verbose: bool, **params: Any) -> None:
     sys.exit(code)
 
 
-def _attach_optional_commands() -> None:
-    """Commands that live in their own packages."""
-    from kubegpu.demo import demo_cmd
-    from kubegpu.kubeletsim.cli import kubelet_sim
-    from kubegpu.nvml.cli import fake_nvml
-
-    for command in (demo_cmd, kubelet_sim, fake_nvml):
-        main.add_command(command)
-
-
-_attach_optional_commands()
+# Subcommands in their own packages, imported only when invoked: the daemon should not pay (in start-up
+# time and resident memory) for the simulator, the fake NVML, the demo and rich.
+main.lazy_commands.update(
+    {
+        "demo": "kubegpu.demo:demo_cmd",
+        "kubelet-sim": "kubegpu.kubeletsim.cli:kubelet_sim",
+        "fake-nvml": "kubegpu.nvml.cli:fake_nvml",
+        "lint": "kubegpu.toolkit.cli:lint",
+        "explain": "kubegpu.toolkit.cli:explain",
+        "doctor": "kubegpu.toolkit.cli:doctor",
+    }
+)

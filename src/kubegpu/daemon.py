@@ -105,7 +105,7 @@ class Daemon:
         task.add_done_callback(self._tasks.remove)
 
     async def shutdown(self) -> None:
-        self._stop_monitor()
+        await asyncio.to_thread(self._stop_monitor)
         for task in list(self._tasks):
             task.cancel()
         await self.registrar.close()  # stops servers and removes our sockets
@@ -166,12 +166,13 @@ class Daemon:
             inventory.cuda_driver_version or "?",
             ", ".join(f"{r.name}={len(r.devices)}" for r in resources),
         )
+        # Arm health events before the kubelet can see the devices, so no early XID slips through.
+        await self._start_monitor(inventory)
         await self.registrar.set_servers(servers)
-        self._start_monitor(inventory)
 
     # --- health --------------------------------------------------------------------------------------
 
-    def _start_monitor(self, inventory: Inventory) -> None:
+    async def _start_monitor(self, inventory: Inventory) -> None:
         loop = asyncio.get_running_loop()
 
         def emit(events: Sequence[HealthEvent]) -> None:
@@ -179,7 +180,7 @@ class Daemon:
                 loop.call_soon_threadsafe(self._health_queue.put_nowait, events)
 
         self._monitor = HealthMonitor(self.nvml, inventory, policy_from_env(os.environ), emit)
-        self._monitor.start()
+        await asyncio.to_thread(self._monitor.start)
 
     def _stop_monitor(self) -> None:
         if self._monitor is not None:

@@ -40,7 +40,7 @@ class HealthMonitor:
         policy: XidPolicy,
         emit: Callable[[Sequence[HealthEvent]], None],
         *,
-        wait_ms: int = 1000,
+        wait_ms: int = 500,
         probe_interval_s: float = 5.0,
     ) -> None:
         self._nvml = nvml
@@ -50,17 +50,21 @@ class HealthMonitor:
         self._wait_ms = wait_ms
         self._probe_interval_s = probe_interval_s
         self._stop = threading.Event()
+        self._armed = threading.Event()  # set once every GPU is registered for events (or given up on)
         self._thread: threading.Thread | None = None
         self._handles: dict[str, Any] = {}
         self._uuid_by_handle: dict[int, str] = {}
         self._lost: set[str] = set()
 
-    def start(self) -> None:
+    def start(self, arm_timeout_s: float = 10.0) -> None:
+        """Start watching; returns once events are armed, so no XID after this call can be missed."""
         if not self._policy.checks_enabled:
             log.info("health checks disabled by DP_DISABLE_HEALTHCHECKS; GPUs stay Healthy")
             return
         self._thread = threading.Thread(target=self._run, name="nvml-health", daemon=True)
         self._thread.start()
+        if not self._armed.wait(arm_timeout_s):
+            log.warning("NVML event registration is taking over %.0f s; serving anyway", arm_timeout_s)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -73,9 +77,11 @@ class HealthMonitor:
             event_set = nvml.nvmlEventSetCreate()
         except nvml.NVMLError as err:
             log.error("cannot create NVML event set (%s); continuing with health checks disabled", err)
+            self._armed.set()
             return
         try:
             self._emit([e for gpu in self._inventory.gpus if (e := self._register(event_set, gpu.uuid))])
+            self._armed.set()
             self._loop(event_set)
         finally:
             try:

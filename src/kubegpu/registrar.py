@@ -35,6 +35,7 @@ REGISTER_TIMEOUT_S = 15.0  # the kubelet may spend up to 10 s dialing back befor
 SAFETY_INTERVAL_S = 5.0  # reconcile even without events, in case one was missed
 BACKOFF_INITIAL_S = 0.02
 BACKOFF_MAX_S = 5.0
+CLOSE_TIMEOUT_S = 2.0
 
 KubeletId = tuple[int, int]
 
@@ -75,6 +76,7 @@ class Registrar:
         self._tasks: list[asyncio.Task[None]] = []
         self._backoff = BACKOFF_INITIAL_S
         self._woken_at = time.monotonic()
+        self._lock = asyncio.Lock()  # one reconcile pass at a time: the loop and set_servers both run them
 
     @property
     def servers(self) -> Sequence[ResourceServer]:
@@ -90,12 +92,12 @@ class Registrar:
 
     async def set_servers(self, servers: Sequence[ResourceServer]) -> None:
         """Replace the served set (config reload, re-discovery): old servers stop before new ones start."""
-        for old in self._servers:
-            await old.stop()
-        self._servers = list(servers)
-        self.state = {s.name: Registration() for s in self._servers}
+        async with self._lock:
+            for old in self._servers:
+                await old.stop()
+            self._servers = list(servers)
+            self.state = {s.name: Registration() for s in self._servers}
         await self.reconcile()
-        self.wake()
 
     def wake(self) -> None:
         self._woken_at = time.monotonic()
@@ -112,12 +114,24 @@ class Registrar:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            # Bounded: shutdown must not hang on a gRPC call that does not honour cancellation.
+            _, pending = await asyncio.wait(self._tasks, timeout=CLOSE_TIMEOUT_S)
+            for task in pending:
+                frames = "".join(
+                    f"\n  {f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack()
+                )
+                log.warning(
+                    "%s did not end within %.0f s of cancellation; abandoning it:%s",
+                    task.get_name(),
+                    CLOSE_TIMEOUT_S,
+                    frames,
+                )
         self._tasks = []
         for server in self._servers:
+            log.debug("stopping %s", server.name)
             await server.stop()
+        log.debug("registrar closed")
 
     async def _loop(self) -> None:
         while True:
@@ -133,6 +147,10 @@ class Registrar:
 
     async def reconcile(self) -> float | None:
         """One pass; returns seconds until a retry is due, or None when everything is as it should be."""
+        async with self._lock:
+            return await self._reconcile()
+
+    async def _reconcile(self) -> float | None:
         current = kubelet_identity(self.kubelet_socket) if self.kubelet_socket else None
         retry: float | None = None
         for server in self._servers:

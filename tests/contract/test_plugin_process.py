@@ -6,8 +6,10 @@ import asyncio
 import signal
 from pathlib import Path
 
+import grpc
 import pytest
 
+from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 from kubegpu.kubeletsim import Container, EventKind, Pod
 from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
 from tests.contract.conftest import profile_inventory
@@ -200,3 +202,35 @@ async def test_sighup_reload_keeps_last_good_config_and_applies_a_good_one(node:
     await node.wait_allocatable(8)
     allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 1})]))
     assert allocation.containers["c"].run_options.envs["NVIDIA_VISIBLE_DEVICES"].isdigit()
+
+
+async def test_bad_requests_get_grpc_errors_and_the_daemon_keeps_serving(running: SimulatedNode) -> None:
+    bad_requests = {
+        "unknown": [UUIDS[0], "GPU-does-not-exist"],
+        "empty": [],
+        "duplicates": [UUIDS[1], UUIDS[1]],
+        "ten thousand": [f"GPU-{i}" for i in range(10_000)],
+        "too long": ["GPU-" + "x" * 80],
+    }
+    async with grpc.aio.insecure_channel(f"unix://{running.plugin_dir / 'nvidia-gpu.sock'}") as channel:
+        stub = api_pb2_grpc.DevicePluginStub(channel)
+        for name, ids in bad_requests.items():
+            request = api_pb2.AllocateRequest(
+                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Allocate(request)
+            assert err.value.details().startswith('invalid allocation request for "nvidia.com/gpu"'), name
+        with pytest.raises(grpc.aio.AioRpcError):
+            await stub.GetPreferredAllocation(
+                api_pb2.PreferredAllocationRequest(
+                    container_requests=[
+                        api_pb2.ContainerPreferredAllocationRequest(
+                            available_deviceIDs=["nope"], allocation_size=1
+                        )
+                    ]
+                )
+            )
+    allocation = await running.sim.admit(Pod("after", containers=[Container("c", {GPU_RESOURCE: 8})]))
+    assert len(allocation.containers["c"].devices[GPU_RESOURCE]) == 8
+    assert running.plugin is not None and running.plugin.poll() is None

@@ -1,0 +1,168 @@
+"""Daemon resident memory: after registration, and its growth over many Allocates.
+
+Method: the kubelet simulator in this process, `kubegpu plugin` as a child process on the fake NVML (as in
+`kubegpu demo`). Once the kubelet lists its devices (and after a 0.5 s settle), the daemon's RSS is read
+with psutil. Then a blocking grpc client in a worker thread calls Allocate directly on the plugin's socket
+K times (two GPUs per request, rotating over the node's GPUs), reading the RSS every 1,000 calls. Reported:
+RSS at registration, after the first 1,000 Allocates (code paths and gRPC buffers warm), at the end, the
+maximum, and the growth from the first 1,000 to the end.
+
+Baseline, same run: a bare Python process that imports grpc and starts a grpc.aio server on a unix socket
+(no services), RSS read the same way once it is serving: the floor for any Python gRPC plugin.
+
+Targets: RSS <= 50 MB (issue 2); flat within +-2 MB over many Allocates (issue 5 asks 100k: `--soak`).
+
+    python -m bench.rss [--allocates 20000] [--soak] [--profile dgx-a100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+import sys
+import time
+
+import grpc
+import psutil
+
+from bench.common import MB, Result, Row, interruptible, ratio, short_tmpdir, stop_process
+from kubegpu.api.v1beta1 import api_pb2
+from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
+
+TARGET_MB = 50.0
+FLAT_MB = 2.0
+SAMPLE_EVERY = 1000
+SETTLE_S = 0.5
+
+BARE_SERVER = """
+import asyncio, sys, grpc
+async def main():
+    server = grpc.aio.server()
+    server.add_insecure_port("unix://" + sys.argv[1])
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+asyncio.run(main())
+"""
+
+
+def rss_mb(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / MB
+
+
+def bare_grpc_rss() -> float:
+    tmp = short_tmpdir("kg-rss-")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BARE_SERVER, str(tmp / "bare.sock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the bare grpc.aio server did not start")
+        time.sleep(SETTLE_S)
+        return rss_mb(proc.pid)
+    finally:
+        stop_process(proc)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def drive_allocates(socket: str, device_ids: list[str], count: int, pid: int) -> list[tuple[int, float]]:
+    """`count` Allocate calls on `socket`; (calls so far, RSS MB) every SAMPLE_EVERY calls."""
+    n = len(device_ids)
+    payloads = [
+        api_pb2.AllocateRequest(
+            container_requests=[
+                api_pb2.ContainerAllocateRequest(devices_ids=[device_ids[i], device_ids[(i + 1) % n]])
+            ]
+        ).SerializeToString()
+        for i in range(n)
+    ]
+    samples = []
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        allocate = channel.unary_unary("/v1beta1.DevicePlugin/Allocate")
+        for i in range(1, count + 1):
+            allocate(payloads[i % n], timeout=10)
+            if i % SAMPLE_EVERY == 0 or i == count:
+                samples.append((i, rss_mb(pid)))
+    return samples
+
+
+async def _run(allocates: int, profile: str) -> Result:
+    baseline = await asyncio.to_thread(bare_grpc_rss)
+    async with SimulatedNode(profile) as node:
+        proc = node.start_plugin()
+        await node.sim.wait_for(lambda: bool(node.sim.devices(GPU_RESOURCE)), timeout=30)
+        device_ids = sorted(node.sim.devices(GPU_RESOURCE))
+        await node.wait_allocatable(len(device_ids))
+        await asyncio.sleep(SETTLE_S)
+        registered = rss_mb(proc.pid)
+        socket = str(node.plugin_dir / node.plugin_sockets()[0])
+        started = time.monotonic()
+        samples = await asyncio.to_thread(drive_allocates, socket, device_ids, allocates, proc.pid)
+        elapsed = time.monotonic() - started
+        if proc.poll() is not None:
+            raise RuntimeError(f"the plugin exited during the run\n--- plugin log ---\n{node.plugin_log()}")
+    first = samples[0][1]
+    end = samples[-1][1]
+    peak = max([registered, *(mb for _, mb in samples)])
+    growth = end - first
+    fits = peak <= TARGET_MB
+    flat = abs(growth) <= FLAT_MB
+    r = ratio(registered, baseline)
+    return Result(
+        "rss",
+        {
+            "registered_mb": round(registered, 1),
+            "after_first_1k_mb": round(first, 1),
+            "end_mb": round(end, 1),
+            "max_mb": round(peak, 1),
+            "growth_mb": round(growth, 2),
+            "growth_since_registered_mb": round(end - registered, 2),
+            "allocates": allocates,
+            "allocates_per_s": round(allocates / elapsed),
+            "bare_grpc_aio_server_mb": round(baseline, 1),
+            "ratio_registered": r,
+            "samples": [(i, round(mb, 2)) for i, mb in samples],
+            "profile": profile,
+        },
+        target=f"max <= {TARGET_MB:g} MB; growth within +-{FLAT_MB:g} MB",
+        passed=fits and flat,
+        rows=[
+            Row(
+                "Daemon RSS after registration / max",
+                f"{registered:.1f} / {peak:.1f} MB",
+                f"{baseline:.1f} MB (bare grpc.aio server)",
+                r,
+                f"<= {TARGET_MB:g} MB",
+                fits,
+            ),
+            Row(
+                f"Daemon RSS growth over {allocates:,} Allocates (after the first 1k)",
+                f"{growth:+.2f} MB",
+                "",
+                None,
+                f"within +-{FLAT_MB:g} MB",
+                flat,
+            ),
+        ],
+    )
+
+
+def run(allocates: int = 20_000, profile: str = "dgx-a100") -> Result:
+    if allocates < SAMPLE_EVERY:
+        raise ValueError(f"--allocates must be at least {SAMPLE_EVERY}")
+    return asyncio.run(_run(allocates, profile))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--allocates", type=int, default=20_000, help="Allocate calls (sampled every 1,000)")
+    parser.add_argument("--soak", action="store_true", help="100,000 Allocates (issue 5's soak)")
+    parser.add_argument("--profile", default="dgx-a100", help="fake NVML profile")
+    args = parser.parse_args()
+    interruptible()
+    run(100_000 if args.soak else args.allocates, args.profile).save()

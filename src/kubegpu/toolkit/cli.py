@@ -1,0 +1,309 @@
+"""Click commands of the SRE toolkit: `lint`, `explain` and `doctor`.
+
+The main `kubegpu` group attaches them (`cli.add_command(lint)` ...). Exit codes, for scripts and CI:
+
+  lint     0 no errors (warnings allowed), 1 at least one error finding, 2 bad usage or unreadable input
+  explain  0 the pod is scheduled or would fit a node, 1 no node can take it, 2 bad usage or input
+  doctor   0 no failed check (warnings allowed), 1 at least one failed check, 2 bad usage or input
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import gc
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from kubegpu.toolkit import render
+from kubegpu.toolkit.cluster_facts import ClusterFacts
+from kubegpu.toolkit.findings import exit_code as findings_exit_code
+from kubegpu.toolkit.lint import RULES, LintOptions, exit_code
+from kubegpu.toolkit.lint import lint as run_lint
+from kubegpu.toolkit.manifests import Manifests, parse_text
+from kubegpu.toolkit.model import Pod
+from kubegpu.toolkit.snapshot import Snapshot, SnapshotError, load_snapshot
+
+USAGE_ERROR = 2
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(USAGE_ERROR)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A snapshot is a large tree without cycles that lives until the command ends: the collector would
+    only re-scan it over and over. Pause it for the command, and restore it (tests run many commands)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _snapshot_or_live(path: str | None, keep: tuple[tuple[str, str], ...] = ()) -> Snapshot:
+    """The snapshot file when given, else the live cluster from the kubeconfig. `keep` names pods to hold
+    in full (the one `explain` looks at)."""
+    try:
+        if path is not None:
+            return load_snapshot(path, keep=keep)
+        from kubegpu.toolkit.live import LiveError, load_live  # imported late: needs `kubernetes`
+
+        try:
+            return load_live(keep=keep)
+        except LiveError as exc:
+            _fail(str(exc))
+    except SnapshotError as exc:
+        _fail(str(exc))
+    raise AssertionError("unreachable")
+
+
+# --- lint --------------------------------------------------------------------------------------------
+
+
+def _rules_help() -> str:
+    lines = [
+        f"  {r.id} {r.name} ({r.severity}{', needs --snapshot' if r.needs_snapshot else ''})"
+        for r in RULES.values()
+    ]
+    return "\n".join(lines)
+
+
+@click.command(
+    "lint",
+    epilog="\b\nRules:\n" + _rules_help() + "\n\n\b\nExit codes: 0 no errors, 1 errors found, "
+    "2 bad usage or unreadable file.",
+)
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "--snapshot",
+    "snapshot_path",
+    type=click.Path(dir_okay=False),
+    help="Cluster snapshot (kubectl get nodes,pods,daemonsets,runtimeclasses -A -o json) enabling the "
+    "checks against real nodes: taints, RuntimeClass, resource names, node sizes.",
+)
+@click.option(
+    "--plugin-config",
+    type=click.Path(dir_okay=False, exists=True),
+    help="The device plugin's config file (v1), to know whether shared resources fail requests above 1.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+def lint(files: tuple[str, ...], snapshot_path: str | None, plugin_config: str | None, as_json: bool) -> None:
+    """Check pod specs for GPU mistakes before they reach the cluster.
+
+    FILES are YAML (multi-document) or JSON manifests, or v1 Lists, holding Pods, Deployments,
+    StatefulSets, DaemonSets, Jobs, CronJobs, ReplicaSets, ReplicationControllers or PodTemplates.
+    Use - to read standard input.
+    """
+    manifests = Manifests()
+    for name in files:
+        if name == "-":
+            parse_text(sys.stdin.read(), "<stdin>", manifests)
+            continue
+        try:
+            text = Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            _fail(f"cannot read {name}: {exc.strerror}")
+        except UnicodeDecodeError:
+            _fail(f"{name} is not UTF-8 text; lint reads YAML or JSON manifests")
+        parse_text(text, name, manifests)
+    options = LintOptions()
+    if snapshot_path:
+        try:
+            options.cluster = ClusterFacts.of(load_snapshot(snapshot_path))
+        except SnapshotError as exc:
+            _fail(str(exc))
+    if plugin_config:
+        from kubegpu.toolkit.plugin_config import PluginConfigError, fail_requests_greater_than_one
+
+        try:
+            options.fail_requests_greater_than_one = fail_requests_greater_than_one(plugin_config)
+        except PluginConfigError as exc:
+            _fail(str(exc))
+    findings = run_lint(manifests, options)
+    code = exit_code(findings)
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = len(findings) - errors
+    if as_json:
+        render.emit_json(
+            {
+                "findings": [f.to_json() for f in findings],
+                "summary": {
+                    "objects": len(manifests.workloads),
+                    "documents": manifests.documents,
+                    "errors": errors,
+                    "warnings": warnings,
+                    "skipped_kinds": manifests.skipped,
+                },
+                "exit_code": code,
+            }
+        )
+        sys.exit(code)
+    out = render.console()
+    if findings:
+        rows = [
+            [
+                f"{f.file}:{f.line}" if f.line else f"{f.file} (doc {f.doc})",
+                f"{f.object or '-'}" + (f"\n[{f.container}]" if f.container else ""),
+                render.styled(f.severity),
+                f"{f.rule}\n{f.name}",
+                f"{f.message}\n→ {f.fix}",
+            ]
+            for f in findings
+        ]
+        out.print(render.table(None, ["Where", "Object", "Severity", "Rule", "Problem → fix"], rows))
+    skipped = (
+        f"; skipped {sum(manifests.skipped.values())} object(s) of other kinds" if manifests.skipped else ""
+    )
+    out.print(
+        f"{len(manifests.workloads)} object(s) checked: {errors} error(s), {warnings} warning(s){skipped}."
+    )
+    sys.exit(code)
+
+
+def _pod_hint(snap: Snapshot, namespace: str, name: str) -> str:
+    in_ns = [p for p in snap.pods if p.metadata.namespace == namespace]
+    if not in_ns:
+        return f"the snapshot has no pods in namespace {namespace!r}"
+    close = difflib.get_close_matches(name, [p.metadata.name for p in in_ns], n=3)
+    if close:
+        return f"did you mean {', '.join(close)}?"
+    pending = sorted(p.metadata.name for p in in_ns if p.status.phase == "Pending")
+    if pending:
+        return f"Pending pods in {namespace}: {', '.join(pending[:10])}"
+    return f"pods in {namespace}: {', '.join(sorted(p.metadata.name for p in in_ns)[:10])}"
+
+
+# --- explain -----------------------------------------------------------------------------------------
+
+MAX_NODE_ROWS = 40
+
+
+@click.command(
+    "explain",
+    epilog="\b\nExit codes: 0 the pod is scheduled or would fit a node, 1 no node can take "
+    "it, 2 bad usage or input.",
+)
+@click.argument("pod_ref", metavar="NAMESPACE/NAME")
+@click.option(
+    "--snapshot",
+    "snapshot_path",
+    type=click.Path(dir_okay=False),
+    help="Cluster snapshot (kubectl get nodes,pods,daemonsets,runtimeclasses -A -o json); without it the "
+    "live cluster is read from the kubeconfig.",
+)
+@click.option("--all-nodes", is_flag=True, help=f"List every node, not only the first {MAX_NODE_ROWS}.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the explanation as JSON (summary line under `message`)."
+)
+def explain(pod_ref: str, snapshot_path: str | None, all_nodes: bool, as_json: bool) -> None:
+    """Explain why a GPU pod is Pending, in kube-scheduler's words, and what would let it schedule.
+
+    Runs the scheduler's filters (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity,
+    NodeResourcesFit) on every node, prints the FailedScheduling summary line, each node's reason,
+    and the fixes: nodes that fit once GPUs are freed, unhealthy GPUs hiding capacity, fragmentation.
+    """
+    with _collector_paused():
+        _explain(pod_ref, snapshot_path, all_nodes, as_json)
+
+
+def _explain(pod_ref: str, snapshot_path: str | None, all_nodes: bool, as_json: bool) -> None:
+    from kubegpu.toolkit.explain import explain as run_explain
+
+    namespace, sep, name = pod_ref.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        _fail(f"pod must be given as NAMESPACE/NAME (e.g. ml/train-0), not {pod_ref!r}")
+    snap = _snapshot_or_live(snapshot_path, keep=((namespace, name),))
+    pod = snap.find_pod(namespace, name)
+    if not isinstance(pod, Pod):  # kept whole by `keep`, so a PodLite here means it was not found
+        _fail(
+            f"pod {namespace}/{name} is not in {snap.source or 'the cluster'}; "
+            f"{_pod_hint(snap, namespace, name)}"
+        )
+        return
+    result = run_explain(snap, pod)
+    if as_json:
+        render.emit_json(result.to_json())
+        sys.exit(result.exit_code)
+    render.print_explanation(result, max_rows=None if all_nodes else MAX_NODE_ROWS)
+    sys.exit(result.exit_code)
+
+
+# --- doctor ------------------------------------------------------------------------------------------
+
+
+@click.command(
+    "doctor",
+    epilog="\b\nExit codes: 0 no failed check (warnings allowed), 1 at least one failed "
+    "check, 2 bad usage or input.\nFaults: 1 container sees no GPU, 2 node shows no/too few GPUs, "
+    "3 pod Pending, 4 plugin crash-loops, 5 malformed GPU request.",
+)
+@click.option(
+    "--cluster",
+    "cluster_mode",
+    is_flag=True,
+    help="Check the cluster (nodes, plugin DaemonSet and pods, RuntimeClasses) instead of this node.",
+)
+@click.option(
+    "--snapshot",
+    "snapshot_path",
+    type=click.Path(dir_okay=False),
+    help="With --cluster: a snapshot from kubectl get nodes,pods,daemonsets,runtimeclasses -A -o json; "
+    "without it the live cluster is read from the kubeconfig.",
+)
+@click.option(
+    "--host-root",
+    type=click.Path(file_okay=False),
+    default="/",
+    show_default=True,
+    help="Node mode: where the host's filesystem is mounted (e.g. /host in a debug pod).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+def doctor(cluster_mode: bool, snapshot_path: str | None, host_root: str, as_json: bool) -> None:
+    """Diagnose the classic GPU faults on this node, or across the cluster with --cluster.
+
+    Each finding has a status (ok, warn, fail), the evidence, the fault number it explains, and the fix.
+    """
+    if snapshot_path and not cluster_mode:
+        _fail("--snapshot describes a cluster; add --cluster (node checks read --host-root instead)")
+    with _collector_paused():
+        _doctor(cluster_mode, snapshot_path, host_root, as_json)
+
+
+def _doctor(cluster_mode: bool, snapshot_path: str | None, host_root: str, as_json: bool) -> None:
+    if cluster_mode:
+        from kubegpu.toolkit.doctor_cluster import doctor_cluster
+
+        findings = doctor_cluster(_snapshot_or_live(snapshot_path))
+    else:
+        from kubegpu.toolkit.doctor_node import doctor_node
+
+        findings = doctor_node(Path(host_root))
+    code = findings_exit_code(findings)
+    if as_json:
+        render.emit_json({"findings": [f.to_json() for f in findings], "exit_code": code})
+        sys.exit(code)
+    out = render.console()
+    rows = [
+        [
+            render.styled(f.status),
+            f.check,
+            f.object,
+            f.evidence,
+            str(f.fault) if f.fault else "-",
+            f.fix or "-",
+        ]
+        for f in findings
+    ]
+    out.print(render.table(None, ["Status", "Check", "Object", "Evidence", "Fault", "Fix"], rows))
+    fails = sum(f.status == "fail" for f in findings)
+    warns = sum(f.status == "warn" for f in findings)
+    out.print(f"{fails} failed, {warns} warning(s), {len(findings) - fails - warns} ok.")
+    sys.exit(code)

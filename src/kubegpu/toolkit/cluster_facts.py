@@ -1,0 +1,63 @@
+"""What `lint --snapshot` needs to know about a cluster: which nodes offer which GPU resources, how
+those are shared, which RuntimeClasses exist and whether GPU pods must name one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubegpu.toolkit import resources as res
+from kubegpu.toolkit.model import DaemonSet, Node, allocatable, capacity
+from kubegpu.toolkit.snapshot import Snapshot
+
+PLUGIN_IMAGES = ("k8s-device-plugin", "nvidia-device-plugin", "kubegpu")
+
+
+def is_plugin_daemonset(ds: DaemonSet) -> bool:
+    """The NVIDIA (or our) device plugin, recognised by its image or its name."""
+    images = [c.image for c in ds.spec.template.spec.containers or []]
+    name = ds.metadata.name
+    return any(any(marker in image for marker in PLUGIN_IMAGES) for image in images) or (
+        "device-plugin" in name and ("nvidia" in name or "gpu" in name)
+    )
+
+
+@dataclass
+class ClusterFacts:
+    offered: dict[str, list[tuple[Node, int]]] = field(
+        default_factory=dict
+    )  # resource -> (node, allocatable)
+    runtime_classes: dict[str, str] = field(default_factory=dict)  # name -> handler
+    plugin_runtime_class: str | None = None  # set when the plugin DaemonSet itself runs under one
+    plugin_daemonset: str | None = None
+
+    @classmethod
+    def of(cls, snap: Snapshot) -> ClusterFacts:
+        facts = cls()
+        for node in snap.nodes:
+            amounts = res.node_amounts(allocatable(node) or capacity(node))
+            for name, amount in amounts.items():
+                if res.is_extended(name) and amount > 0:
+                    facts.offered.setdefault(name, []).append((node, amount))
+        facts.runtime_classes = {rc.metadata.name: rc.handler for rc in snap.runtime_classes}
+        for ds in snap.daemonsets:
+            if is_plugin_daemonset(ds):
+                facts.plugin_daemonset = f"{ds.metadata.namespace}/{ds.metadata.name}"
+                facts.plugin_runtime_class = ds.spec.template.spec.runtime_class_name or None
+                break
+        return facts
+
+    def sharing(self, resource: str) -> str | None:
+        """'mps' or 'time-slicing' when the nodes offering `resource` label it as shared (GFD labels)."""
+        base = resource.removesuffix(".shared")
+        prefix = base if res.is_mig(base) else "nvidia.com/gpu"  # GFD labels MIG profiles separately
+        strategies = set()
+        for node, _ in self.offered.get(resource, []):
+            node_labels = node.metadata.labels or {}
+            strategy = node_labels.get(f"{prefix}.sharing-strategy")
+            if strategy in ("mps", "time-slicing"):
+                strategies.add(strategy)
+            elif node_labels.get(f"{prefix}.replicas", "1") not in ("0", "1"):
+                strategies.add("time-slicing")
+        if "mps" in strategies:
+            return "mps"
+        return "time-slicing" if strategies else None

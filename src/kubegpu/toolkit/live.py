@@ -1,0 +1,116 @@
+"""The live cluster as a Snapshot, read through the official `kubernetes` client.
+
+A thin adapter: it pages through the same four lists `kubectl get nodes,pods,daemonsets,runtimeclasses
+-A -o json` prints, asks the client for the raw JSON (`_preload_content=False`) and decodes it with the
+same msgspec types as a snapshot file, so live and file mode cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from kubegpu.toolkit.model import ListMeta
+from kubegpu.toolkit.snapshot import Snapshot, decode_items
+
+PAGE_SIZE = 500
+
+
+class LiveError(RuntimeError):
+    """The live cluster could not be read; the message names the cause and the way out."""
+
+
+class _Page(msgspec.Struct):
+    items: list[msgspec.Raw] | None = None
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
+
+
+class LiveSource:
+    """Lists cluster objects through kubernetes-client API objects (or test doubles with the same methods)."""
+
+    def __init__(
+        self,
+        core: Any,
+        apps: Any,
+        node: Any,
+        page_size: int = PAGE_SIZE,
+        keep: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self.core, self.apps, self.node, self.page_size = core, apps, node, page_size
+        self.keep = set(keep)
+
+    def _list(self, call: Callable[..., Any], what: str) -> list[msgspec.Raw]:
+        decoder = msgspec.json.Decoder(_Page)
+        out: list[msgspec.Raw] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            try:
+                response = call(**kwargs)
+            except Exception as exc:  # the client raises ApiException, urllib3 and socket errors
+                raise LiveError(_explain_failure(exc, what)) from exc
+            try:
+                page = decoder.decode(response.data)
+            except msgspec.DecodeError as exc:
+                raise LiveError(f"the API server sent something that is not a {what} list: {exc}") from exc
+            out.extend(page.items or [])
+            token = page.metadata.continue_
+            if not token:
+                return out
+
+    def snapshot(self) -> Snapshot:
+        snap = Snapshot(source="live cluster")
+        # Same decoding as a snapshot file: typed-list items carry no kind, so it is given.
+        decode_items(self._list(self.core.list_node, "node"), "Node", snap)
+        decode_items(self._list(self.core.list_pod_for_all_namespaces, "pod"), "Pod", snap, self.keep)
+        decode_items(self._list(self.apps.list_daemon_set_for_all_namespaces, "daemonset"), "DaemonSet", snap)
+        try:
+            runtime_classes = self._list(self.node.list_runtime_class, "runtimeclass")
+        except LiveError:
+            runtime_classes = []  # optional: RBAC often omits it, and the checks degrade gracefully
+        decode_items(runtime_classes, "RuntimeClass", snap)
+        return snap
+
+
+def _explain_failure(exc: Exception, what: str) -> str:
+    status = getattr(exc, "status", None)
+    if status in (401, 403):
+        reason = "not authenticated" if status == 401 else "forbidden"
+        return (
+            f"cannot list {what}s: {reason} ({status}); the kubeconfig's user needs get/list on nodes, pods, "
+            "daemonsets and runtimeclasses cluster-wide, or use --snapshot FILE"
+        )
+    if status is not None:
+        return f"cannot list {what}s: the API server answered {status} {getattr(exc, 'reason', '')}".rstrip()
+    return (
+        f"cannot reach the API server to list {what}s ({type(exc).__name__}: {exc}); check the kubeconfig's "
+        "server and your network, or use --snapshot FILE"
+    )
+
+
+def load_live(keep: Iterable[tuple[str, str]] = (), context: str | None = None) -> Snapshot:
+    """The cluster of the current kubeconfig context (or in-cluster config inside a pod)."""
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise LiveError(
+            "live mode needs the `kubernetes` package (pip install kubernetes), or use --snapshot FILE"
+        ) from exc
+    try:
+        config.load_kube_config(context=context)
+    except (ConfigException, OSError) as kube_exc:
+        try:
+            config.load_incluster_config()
+        except ConfigException:
+            raise LiveError(
+                f"no usable kubeconfig ({kube_exc}); set KUBECONFIG or use --snapshot FILE"
+            ) from kube_exc
+    api = client.ApiClient()
+    return LiveSource(
+        client.CoreV1Api(api), client.AppsV1Api(api), client.NodeV1Api(api), keep=keep
+    ).snapshot()

@@ -1,0 +1,203 @@
+"""Manifests for `lint`: files (or stdin) of multi-document YAML, JSON, or v1 Lists, reduced to the pod
+specs inside them (Pods, Deployments, StatefulSets, DaemonSets, Jobs, CronJobs, ReplicaSets,
+ReplicationControllers, PodTemplates), each with where it came from so findings can point at a line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import yaml
+
+from kubegpu.toolkit.model import PodSpec
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Where each workload kind keeps its pod spec.
+POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "Deployment": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+    "PodTemplate": ("template", "spec"),
+}
+
+Path = tuple[str | int, ...]
+
+
+def path_text(path: Path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+@dataclass
+class Source:
+    """One document of one file, with its YAML node tree for line numbers (None for plain JSON)."""
+
+    file: str
+    doc: int  # 1-based
+    node: yaml.Node | None = None
+
+    def line(self, path: Path) -> int | None:
+        """1-based line of the deepest node along `path` that exists."""
+        node = self.node
+        if node is None:
+            return None
+        best = node.start_mark.line + 1
+        for part in path:
+            if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+                match = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                match = node.value[part]
+            else:
+                match = None
+            if match is None:
+                break
+            node, best = match, match.start_mark.line + 1
+        return best
+
+
+@dataclass
+class Workload:
+    """A pod spec found in a manifest, and the object that holds it."""
+
+    source: Source
+    kind: str
+    name: str
+    namespace: str
+    spec_path: Path  # from the document root to the pod spec
+    spec: PodSpec
+
+    @property
+    def ref(self) -> str:
+        ns = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind}/{ns}{self.name}"
+
+
+@dataclass
+class Problem:
+    """A document that could not be read as Kubernetes objects."""
+
+    source: Source
+    path: Path
+    message: str
+    object: str = ""
+    line: int | None = None  # when known without a node tree (YAML syntax errors)
+
+
+@dataclass
+class Manifests:
+    workloads: list[Workload] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)  # other kinds, counted
+    documents: int = 0
+
+
+def _walk(obj: Any, source: Source, prefix: Path, out: Manifests) -> None:
+    if not isinstance(obj, dict):
+        out.problems.append(
+            Problem(source, prefix, f"expected a Kubernetes object, found a {type(obj).__name__}")
+        )
+        return
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or not kind:
+        out.problems.append(
+            Problem(source, prefix, "object has no `kind`; every manifest needs apiVersion and kind")
+        )
+        return
+    if kind == "List" or (kind.endswith("List") and isinstance(obj.get("items"), list)):
+        for index, item in enumerate(obj.get("items") or []):
+            _walk(item, source, (*prefix, "items", index), out)
+        return
+    spec_path = POD_SPEC_PATHS.get(kind)
+    if spec_path is None:
+        out.skipped[kind] = out.skipped.get(kind, 0) + 1
+        return
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    name = str(meta.get("name") or meta.get("generateName") or "<unnamed>")
+    namespace = str(meta.get("namespace") or "")
+    raw: Any = obj
+    for part in spec_path:
+        raw = raw.get(part) if isinstance(raw, dict) else None
+    full_path = (*prefix, *spec_path)
+    if not isinstance(raw, dict):
+        out.problems.append(
+            Problem(
+                source,
+                full_path,
+                f"{kind} {name} has no pod spec at {path_text(spec_path)}",
+                f"{kind}/{name}",
+            )
+        )
+        return
+    try:
+        spec = msgspec.convert(raw, PodSpec)
+    except msgspec.ValidationError as exc:
+        where = str(exc).replace("$", path_text(full_path), 1)
+        out.problems.append(Problem(source, full_path, where, f"{kind}/{name}"))
+        return
+    out.workloads.append(Workload(source, kind, name, namespace, full_path, spec))
+
+
+def _yaml_documents(text: str, file: str) -> Iterator[tuple[Source, Any]]:
+    loader = _LOADER(text)
+    try:
+        doc = 0
+        while loader.check_node():
+            node = loader.get_node()
+            doc += 1
+            if node is None:
+                continue
+            yield Source(file, doc, node), loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def parse_text(text: str, file: str, out: Manifests | None = None) -> Manifests:
+    """Every pod spec in one file's text; unreadable documents become Problems, not exceptions."""
+    out = out if out is not None else Manifests()
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            out.problems.append(
+                Problem(Source(file, 1), (), f"invalid JSON at line {exc.lineno}: {exc.msg}", line=exc.lineno)
+            )
+            return out
+        source = Source(file, 1)
+        with contextlib.suppress(yaml.YAMLError):  # JSON is YAML: compose again only for line numbers
+            source.node = yaml.compose(text, Loader=_LOADER)
+        out.documents += 1
+        for index, item in enumerate(data if isinstance(data, list) else [data]):
+            _walk(item, source, (index,) if isinstance(data, list) else (), out)
+        return out
+    try:
+        for source, data in _yaml_documents(text, file):
+            if data is None:
+                continue
+            out.documents += 1
+            _walk(data, source, (), out)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        out.problems.append(
+            Problem(
+                Source(file, out.documents + 1),
+                (),
+                f"invalid YAML{where}: {problem}; documents after it were not read",
+                line=mark.line + 1 if mark else None,
+            )
+        )
+    return out

@@ -1,0 +1,121 @@
+"""Output for people (rich tables) and for scripts (JSON), shared by the toolkit commands."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+SEVERITY_STYLE = {
+    "error": "bold red",
+    "fail": "bold red",
+    "warning": "yellow",
+    "warn": "yellow",
+    "ok": "green",
+    "info": "cyan",
+    "skip": "dim",
+}
+
+
+def console() -> Console:
+    # Wide enough that tables stay readable when piped to a file or a CI log.
+    return Console(width=None if sys.stdout.isatty() else 160, soft_wrap=False)
+
+
+def emit_json(data: Any) -> None:
+    # msgspec writes a 5,000-node explanation ~10x faster than json.dumps(indent=2).
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(data), indent=2).decode() + "\n")
+
+
+def styled(label: str) -> Text:
+    return Text(label, style=SEVERITY_STYLE.get(label, ""))
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]], **kwargs: Any) -> Table:
+    t = Table(title=title, title_justify="left", show_lines=False, **kwargs)
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*[cell if isinstance(cell, Text) else Text(str(cell)) for cell in row])
+    return t
+
+
+def print_explanation(result: Any, max_rows: int | None = None) -> None:
+    """Human output of `explain`: the scheduler's line, fixes, fragmentation, then node by node."""
+    out = console()
+    wants = ", ".join(f"{n}: {v}" for n, v in result.requests.items()) or "nothing"
+    out.print(f"[bold]Pod {result.pod}[/bold] ({result.phase}) requests {wants}")
+    if result.message:
+        out.print(Text("Scheduler: ", style="bold") + Text(result.message, style="red"))
+    elif result.feasible_nodes:
+        out.print(
+            Text(
+                f"Fits {len(result.feasible_nodes)} node(s): "
+                + ", ".join(result.feasible_nodes[:10])
+                + (" ..." if len(result.feasible_nodes) > 10 else ""),
+                style="green",
+            )
+        )
+    if result.recorded_message and result.recorded_message.split(" preemption:")[0] != result.message:
+        out.print(Text("Last recorded by the scheduler: ", style="bold") + Text(result.recorded_message))
+    for note in result.notes:
+        out.print(Text("Note: ", style="yellow") + Text(note))
+    if result.fixes:
+        out.print()
+        rows = [[fix.kind, fix.summary] for fix in result.fixes]
+        out.print(table("What would fix it", ["Kind", "Fix"], rows))
+        for fix in result.fixes:
+            if fix.kind == "free-gpus":
+                detail = [
+                    [
+                        r["node"],
+                        ", ".join(f"{v} {n}" for n, v in r["free"].items()),
+                        ", ".join(r["holders"]) or "-",
+                    ]
+                    for r in fix.nodes[:10]
+                ]
+                out.print(
+                    table("Free these to fit the pod", ["Node", "Free", "Pods holding GPUs there"], detail)
+                )
+            elif fix.kind == "unhealthy-gpus":
+                detail = [
+                    [
+                        r["node"],
+                        r["resource"],
+                        r["unhealthy"],
+                        r["free_now"],
+                        r["free_if_healthy"],
+                        "yes" if r["would_fit"] else "no",
+                    ]
+                    for r in fix.nodes[:10]
+                ]
+                out.print(
+                    table(
+                        "Unhealthy GPUs hiding capacity",
+                        ["Node", "Resource", "Unhealthy", "Free now", "Free if healthy", "Pod fits then"],
+                        detail,
+                    )
+                )
+    for name, rows in result.fragmentation.items():
+        frag = [[r.size, r.free, r.fits, r.stranded, f"{r.percent:.0f}%", r.largest_block] for r in rows]
+        out.print(
+            table(
+                f"Cluster-wide fragmentation of {name} (schedulable nodes)",
+                ["Request size", "Free", "Pods that fit", "Stranded", "Fragmentation", "Largest free block"],
+                frag,
+            )
+        )
+    verdicts = result.nodes if max_rows is None else result.nodes[:max_rows]
+    gpu_cols = [f"{n} free/alloc/cap" for n in result.gpu_resources]
+    rows = []
+    for v in verdicts:
+        counts = [f"{c.free}/{c.allocatable}/{c.capacity}" for c in v.gpus.values()]
+        verdict = styled("ok") if v.fits else Text(v.plugin or "", style="red")
+        rows.append([v.node, v.pool, *counts, verdict, "; ".join(v.reasons) or "fits"])
+    out.print(table("Node by node", ["Node", "Pool", *gpu_cols, "Filter", "Why"], rows))
+    if max_rows is not None and len(result.nodes) > max_rows:
+        out.print(f"... and {len(result.nodes) - max_rows} more node(s); use --all-nodes or --json.")

@@ -1,0 +1,120 @@
+"""Registrar in-process against the kubelet simulator: back-off, restarts, no-registration mode, lost dir."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from kubegpu.allocate import AllocateOptions
+from kubegpu.kubeletsim import EventKind, KubeletSimulator
+from kubegpu.registrar import Registrar
+from kubegpu.resources import build_resources
+from kubegpu.server import ResourceServer
+from tests.builders import make_inventory
+
+INVENTORY = make_inventory(4)
+RESOURCE = build_resources(INVENTORY)[0]
+
+
+@pytest.fixture
+def plugin_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="kg-reg-", dir="/tmp")) / "dp"
+    path.mkdir()
+    yield path
+    shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def _server(plugin_dir: Path) -> ResourceServer:
+    return ResourceServer(RESOURCE, plugin_dir, AllocateOptions(), INVENTORY.link_map)
+
+
+@pytest.fixture
+async def registrar(plugin_dir: Path) -> AsyncIterator[Registrar]:
+    reg = Registrar(plugin_dir, plugin_dir / "kubelet.sock")
+    await reg.start()
+    yield reg
+    await reg.close()
+
+
+async def test_waits_for_a_kubelet_that_starts_later(plugin_dir: Path, registrar: Registrar) -> None:
+    await registrar.set_servers([_server(plugin_dir)])
+    await asyncio.sleep(0.2)
+    assert not registrar.all_registered()
+    assert (plugin_dir / RESOURCE.socket_name).exists()  # serving before any kubelet exists
+    sim = KubeletSimulator(plugin_dir)
+    await sim.start()
+    try:
+        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+        assert registrar.all_registered()
+        assert registrar.state[RESOURCE.name].registrations == 1
+    finally:
+        await sim.stop()
+
+
+async def test_kubelet_restart_restarts_the_server_before_registering(
+    plugin_dir: Path, registrar: Registrar
+) -> None:
+    sim = KubeletSimulator(plugin_dir)
+    await sim.start()
+    try:
+        await registrar.set_servers([_server(plugin_dir)])
+        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+        for _ in range(3):
+            mark = sim.last_seq
+            await sim.restart()
+            await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=RESOURCE.name, after=mark, timeout=5)
+        # Exactly one registration per kubelet incarnation: no duplicate that the v1.32 kubelet would punish.
+        assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 4
+        assert sim.allocatable()[RESOURCE.name] == 4
+    finally:
+        await sim.stop()
+
+
+async def test_no_kubelet_socket_serves_without_registering(plugin_dir: Path) -> None:
+    reg = Registrar(plugin_dir, None)
+    await reg.start()
+    try:
+        await reg.set_servers([_server(plugin_dir)])
+        assert reg.all_registered()  # nothing to register with: serving is all there is
+        assert (plugin_dir / RESOURCE.socket_name).exists()
+    finally:
+        await reg.close()
+    assert not (plugin_dir / RESOURCE.socket_name).exists()
+
+
+async def test_directory_removed_and_recreated(plugin_dir: Path, registrar: Registrar) -> None:
+    sim = KubeletSimulator(plugin_dir)
+    await sim.start()
+    try:
+        await registrar.set_servers([_server(plugin_dir)])
+        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+        await sim.stop()
+        shutil.rmtree(plugin_dir)
+        await asyncio.sleep(0.3)
+        sim = KubeletSimulator(plugin_dir)  # a fresh kubelet re-creates the directory
+        await sim.start()
+        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=10)
+        assert (plugin_dir / RESOURCE.socket_name).exists()
+    finally:
+        await sim.stop()
+
+
+async def test_rejected_registration_is_retried_with_backoff(plugin_dir: Path, registrar: Registrar) -> None:
+    sim = KubeletSimulator(plugin_dir)
+    await sim.start()
+    try:
+        bad = build_resources(INVENTORY)[0]
+        object.__setattr__(bad, "name", "kubernetes.io/gpu")  # the kubelet refuses this name
+        server = ResourceServer(bad, plugin_dir, AllocateOptions(), INVENTORY.link_map)
+        await registrar.set_servers([server])
+        await asyncio.sleep(0.5)
+        state = registrar.state["kubernetes.io/gpu"]
+        assert 2 <= state.failures <= 8  # retried, but backing off rather than spinning
+        assert state.last_error == 'UNKNOWN: the ResourceName "kubernetes.io/gpu" is invalid'
+    finally:
+        await sim.stop()

@@ -1,0 +1,138 @@
+"""`kubegpu lint` on real manifest files, through the click command as a user runs it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from click.testing import CliRunner
+
+from kubegpu.toolkit.cli import lint
+from kubegpu.toolkit.cluster_facts import ClusterFacts
+from kubegpu.toolkit.lint import LintOptions
+from kubegpu.toolkit.lint import lint as run_lint
+from kubegpu.toolkit.manifests import parse_text
+from kubegpu.toolkit.snapshot import load_snapshot
+
+from .paths import CLUSTER, MANIFESTS
+
+
+def run(*args: str, stdin: str | None = None) -> tuple[int, Any]:
+    result = CliRunner().invoke(lint, [*args, "--json"], input=stdin)
+    return result.exit_code, json.loads(result.output)
+
+
+def rules_by_object(findings: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for f in findings:
+        out.setdefault(f["object"], []).append(f["rule"])
+    return out
+
+
+def test_the_classic_mistakes_are_errors_with_lines() -> None:
+    code, data = run(str(MANIFESTS / "bad-workloads.yaml"))
+    assert code == 1
+    found = {(f["object"], f["rule"], f["line"], f["container"]) for f in data["findings"]}
+    assert found == {
+        ("Pod/ml/requests-only", "KG001", 13, "cuda"),
+        ("Deployment/ml/mismatch", "KG002", 33, "trainer"),
+        ("Job/ml/half-gpu", "KG003", 51, "notebook"),
+        ("CronJob/ml/nightly-eval", "KG007", 70, "warmup"),
+    }
+    assert data["summary"]["errors"] == 3 and data["summary"]["warnings"] == 1
+    mismatch = next(f for f in data["findings"] if f["rule"] == "KG002")
+    assert "requests 1 but limits 2" in mismatch["message"]
+    assert mismatch["path"] == "spec.template.spec.containers[0].resources.requests.nvidia.com/gpu"
+
+
+def test_good_workloads_pass_and_other_kinds_are_counted() -> None:
+    code, data = run(str(MANIFESTS / "good-workloads.yaml"))
+    assert code == 0
+    assert data["findings"] == []
+    assert data["summary"]["objects"] == 2
+    assert data["summary"]["skipped_kinds"] == {"Service": 1}
+
+
+def test_json_list_sharing_mig_env_and_typos() -> None:
+    code, data = run(str(MANIFESTS / "sharing-and-mig.json"))
+    assert code == 1  # the bad cpu quantity and the unknown resource are errors
+    by_object = rules_by_object(data["findings"])
+    assert by_object == {
+        "Pod/ml/two-replicas": ["KG005"],
+        "Pod/ml/two-mig-types": ["KG007", "KG008", "KG006", "KG004"],
+        "Pod/ml/typo": ["KG009"],
+    }
+    shared = by_object and next(f for f in data["findings"] if f["rule"] == "KG005")
+    assert shared["severity"] == "warning"  # time-slicing without failRequestsGreaterThanOne still runs
+
+
+def test_shared_above_one_is_an_error_when_the_plugin_rejects_it(tmp_path: Any) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    failRequestsGreaterThanOne: true\n"
+        "    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+    )
+    _, data = run(str(MANIFESTS / "sharing-and-mig.json"), "--plugin-config", str(config))
+    shared = next(f for f in data["findings"] if f["rule"] == "KG005")
+    assert shared["severity"] == "error"
+    assert "maximum request size for shared resources is 1; found 2" in shared["message"]
+
+
+def test_mps_nodes_reject_more_than_one_replica_by_default() -> None:
+    # The fixture cluster, with the A100 pool labelled as MPS-shared by GFD.
+    cluster = load_snapshot(CLUSTER)
+    for node in cluster.nodes:
+        if node.metadata.name.startswith("a100-") and node.metadata.labels is not None:
+            node.metadata.labels["nvidia.com/gpu.sharing-strategy"] = "mps"
+    text = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+        "    resources: {limits: {nvidia.com/gpu: 2}}\n"
+    )
+    findings = run_lint(parse_text(text, "p.yaml"), LintOptions(cluster=ClusterFacts.of(cluster)))
+    kg005 = [f for f in findings if f.rule == "KG005"]
+    assert kg005 and kg005[0].severity == "error"
+    assert "failRequestsGreaterThanOne" in kg005[0].message
+
+
+def test_broken_documents_are_reported_not_crashed_on() -> None:
+    code, data = run(str(MANIFESTS / "broken.yaml"))
+    assert code == 1
+    first, second = data["findings"]
+    assert first["rule"] == second["rule"] == "KG000"
+    assert first["object"] == "Pod/selector-bool"
+    assert "Expected `str`, got `bool`" in first["message"] and first["line"] == 6
+    assert second["line"] == 15 and "invalid YAML" in second["message"]
+
+
+def test_snapshot_checks_against_the_real_cluster() -> None:
+    code, data = run(str(MANIFESTS / "snapshot-sensitive.yaml"), "--snapshot", str(CLUSTER))
+    assert code == 1
+    assert rules_by_object(data["findings"]) == {
+        "Pod/ml/no-toleration": ["KG010"],
+        "Pod/ml/no-runtime-class": ["KG011"],
+        "Pod/ml/too-big": ["KG012"],
+        "Pod/ml/wrong-mig": ["KG009"],
+        "Pod/ml/t4-selector-typo": ["KG013"],
+    }
+    toleration = next(f for f in data["findings"] if f["rule"] == "KG010")
+    assert "{key: nvidia.com/gpu, operator: Equal, value: present, effect: NoSchedule}" in toleration["fix"]
+
+
+def test_without_snapshot_those_files_are_clean() -> None:
+    code, data = run(str(MANIFESTS / "snapshot-sensitive.yaml"))
+    assert code == 0 and data["findings"] == []
+
+
+def test_stdin_and_human_output() -> None:
+    text = (MANIFESTS / "bad-workloads.yaml").read_text()
+    result = CliRunner().invoke(lint, ["-"], input=text)
+    assert result.exit_code == 1
+    assert "<stdin>:13" in result.output and "KG001" in result.output
+    assert "4 object(s) checked: 3 error(s), 1 warning(s)." in result.output
+
+
+def test_bad_usage_exits_2() -> None:
+    result = CliRunner().invoke(lint, ["/nonexistent/file.yaml"])
+    assert result.exit_code == 2 and "cannot read /nonexistent/file.yaml" in result.output
+    result = CliRunner().invoke(lint, [str(MANIFESTS / "good-workloads.yaml"), "--snapshot", "/nope.json"])
+    assert result.exit_code == 2 and "kubectl get nodes,pods" in result.output
