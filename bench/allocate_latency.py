@@ -8,6 +8,7 @@ unchanged: the floor for any grpcio unary call of that size. Target: ours p50 an
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.common import Result, short_tmpdir, summary_ms
+from bench.common import Result, short_tmpdir, stop_process, summary_ms
 from kubegpu.api.v1beta1 import api_pb2
 
 ECHO_SERVER = """
@@ -58,16 +59,20 @@ asyncio.run(main())
 def _spawn(code: str, *args: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
+    ready = proc.stdout.readline().strip()
+    if not ready:
+        stop_process(proc)
+        raise RuntimeError(f"benchmark server exited before it was ready (code {proc.returncode})")
+    return proc, ready
 
 
 def run(rounds: int, batch: int) -> Result:
     root = Path(__file__).resolve().parent.parent
+    from tests.builders import gpu_uuid
+
     tmp = short_tmpdir("kg-bench-")
     echo_sock = str(tmp / "echo.sock")
-    echo, _ = _spawn(ECHO_SERVER, echo_sock)
-    plugin, plugin_sock = _spawn(PLUGIN_SERVER, str(tmp), str(root))
-    from tests.builders import gpu_uuid
+    echo = plugin = None
 
     request = api_pb2.AllocateRequest(
         container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[gpu_uuid(0), gpu_uuid(1)])]
@@ -75,6 +80,8 @@ def run(rounds: int, batch: int) -> Result:
     payload = request.SerializeToString()
     samples: dict[str, list[float]] = {"echo": [], "kubegpu": []}
     try:
+        echo, _ = _spawn(ECHO_SERVER, echo_sock)
+        plugin, plugin_sock = _spawn(PLUGIN_SERVER, str(tmp), str(root))
         with (
             grpc.insecure_channel(f"unix://{echo_sock}") as echo_ch,
             grpc.insecure_channel(f"unix://{plugin_sock}") as plugin_ch,
@@ -93,8 +100,9 @@ def run(rounds: int, batch: int) -> Result:
                         call(payload)
                         samples[name].append(time.perf_counter() - start)
     finally:
-        echo.kill()
-        plugin.kill()
+        stop_process(echo)
+        stop_process(plugin)
+        shutil.rmtree(tmp, ignore_errors=True)
     echo_s, ours = summary_ms(samples["echo"]), summary_ms(samples["kubegpu"])
     ratio_p50 = round(ours["p50_ms"] / echo_s["p50_ms"], 3)
     ratio_p99 = round(ours["p99_ms"] / echo_s["p99_ms"], 3)
