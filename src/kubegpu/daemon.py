@@ -19,13 +19,13 @@ from typing import Any
 from kubegpu.allocate import CONTROL_DEVICES, AllocateOptions
 from kubegpu.config import DEFAULT_KUBELET_SOCKET, ConfigError, PluginSettings
 from kubegpu.discovery import discover, explain_nvml_error
-from kubegpu.health import ALL_GPUS, HealthEvent, HealthMonitor
+from kubegpu.health import ALL_GPUS, Fault, HealthEvent, HealthMonitor, HealthSettings, HealthSettingsError
 from kubegpu.inventory import Health, Inventory
 from kubegpu.nvml import NvmlBackend, load_nvml
 from kubegpu.registrar import Registrar
 from kubegpu.resources import ResourceOptions, build_resources
 from kubegpu.server import ResourceServer
-from kubegpu.xids import policy_from_env
+from kubegpu.xids import XidCatalogError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,11 @@ class Daemon:
         self.inventory = Inventory()
         self._nvml_up = False
         self._monitor: HealthMonitor | None = None
+        self._faults: dict[str, Fault] = {}  # survives reloads: a reload must not make a bad GPU healthy
+        try:
+            self.health_settings = HealthSettings.from_env(os.environ)
+        except (HealthSettingsError, XidCatalogError) as err:
+            raise StartupError(str(err)) from err
         self._stopping = asyncio.Event()
         self._health_queue: asyncio.Queue[Sequence[HealthEvent]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -153,6 +158,8 @@ class Daemon:
                 return
 
     async def _serve(self, inventory: Inventory) -> None:
+        carried = {u: HealthMonitor.health_of(f) for u, f in self._faults.items() if inventory.gpu_by_uuid(u)}
+        inventory = inventory.with_gpu_health(carried)
         self.inventory = inventory
         options = allocate_options(self.settings)
         resources = build_resources(
@@ -179,12 +186,13 @@ class Daemon:
             if events:
                 loop.call_soon_threadsafe(self._health_queue.put_nowait, events)
 
-        self._monitor = HealthMonitor(self.nvml, inventory, policy_from_env(os.environ), emit)
+        self._monitor = HealthMonitor(self.nvml, inventory, self.health_settings, emit, faults=self._faults)
         await asyncio.to_thread(self._monitor.start)
 
     def _stop_monitor(self) -> None:
         if self._monitor is not None:
             self._monitor.stop()
+            self._faults = dict(self._monitor.faults)
             self._monitor = None
 
     async def _apply_health_reports(self) -> None:

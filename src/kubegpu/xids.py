@@ -1,10 +1,21 @@
-"""Which XIDs make a GPU unhealthy: NVIDIA's defaults and its DP_DISABLE/ENABLE_HEALTHCHECKS env vars."""
+"""Which XIDs make a GPU unhealthy, and what each calls for.
+
+Two layers: NVIDIA's rules (default ignored XIDs, DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS) decide
+whether an XID is acted on at all, exactly as NVIDIA's plugin does; the XID catalog (xid_catalog.yaml, which a
+user can extend) says what an acted-on XID calls for, which decides whether the GPU may recover by itself.
+"""
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -73,26 +84,109 @@ def policy_from_env(env: Mapping[str, str]) -> XidPolicy:
     )
 
 
-XID_MEANINGS: Mapping[int, str] = {
-    13: "graphics engine exception (application fault)",
-    31: "GPU memory page fault (application fault)",
-    43: "GPU stopped processing (application fault)",
-    45: "preemptive cleanup after an application fault",
-    48: "double-bit ECC error",
-    63: "ECC page retirement or row remapping event",
-    64: "ECC page retirement or row remapping failure",
-    68: "video processor exception",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    109: "context switch timeout (application fault)",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
+class XidAction(enum.StrEnum):
+    IGNORE = "ignore"
+    RESTART_APP = "restart_app"
+    RESET_GPU = "reset_gpu"
+    REBOOT_NODE = "reboot_node"
+
+    @property
+    def marks_unhealthy(self) -> bool:
+        return self in (XidAction.RESET_GPU, XidAction.REBOOT_NODE)
+
+    @property
+    def recoverable(self) -> bool:
+        """Whether recovery probes may bring the GPU back (a reboot-class fault needs a human)."""
+        return self is XidAction.RESET_GPU
+
+    @property
+    def advice(self) -> str:
+        return {
+            XidAction.IGNORE: "nothing to do",
+            XidAction.RESTART_APP: "restart the application; the GPU stays Healthy",
+            XidAction.RESET_GPU: "reset the GPU (nvidia-smi -r) or let recovery probes bring it back",
+            XidAction.REBOOT_NODE: "drain and reboot the node",
+        }[self]
+
+
+ACTIONS_ENV = "KUBEGPU_XID_ACTIONS"
+DEFAULT_ACTION = XidAction.RESET_GPU  # unknown XIDs: NVIDIA marks every XID it does not ignore
+
+
+class _CatalogEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: XidAction
+    meaning: str = ""
+
+
+class _Catalog(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    xids: dict[int, _CatalogEntry]
+
+
+class XidCatalogError(ValueError):
+    pass
+
+
+def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
+    """The built-in catalog, or a user's file in the same shape (which extends and overrides it)."""
+    builtin = _Catalog.model_validate(
+        yaml.safe_load(resources.files("kubegpu").joinpath("xid_catalog.yaml").read_text())
+    )
+    if path is None:
+        return builtin.xids
+    try:
+        user = _Catalog.model_validate(yaml.safe_load(path.read_text()) or {"xids": {}})
+    except (OSError, yaml.YAMLError, ValidationError) as err:
+        raise XidCatalogError(
+            f"invalid XID actions file {path} ({ACTIONS_ENV}): {err}; expected e.g. "
+            "'xids: {48: {action: reset_gpu, meaning: double-bit ECC error}}' with actions "
+            f"{', '.join(a.value for a in XidAction)}"
+        ) from err
+    return {**builtin.xids, **user.xids}
+
+
+@dataclass(frozen=True, slots=True)
+class XidClassifier:
+    """The action an XID calls for: the catalog, with NVIDIA's env vars deciding what is ignored.
+
+    NVIDIA's ignore list (defaults plus DP_DISABLE_HEALTHCHECKS) wins over the catalog, so migrated nodes
+    behave the same; an XID listed in DP_ENABLE_HEALTHCHECKS marks the GPU even where the catalog would not.
+    """
+
+    policy: XidPolicy
+    catalog: Mapping[int, _CatalogEntry]
+
+    def action(self, xid: int) -> XidAction:
+        if not self.policy.is_critical(xid):
+            entry = self.catalog.get(xid)
+            return entry.action if entry and not entry.action.marks_unhealthy else XidAction.IGNORE
+        if self.policy.enable_all or xid in self.policy.enabled:
+            entry = self.catalog.get(xid)
+            return entry.action if entry and entry.action.marks_unhealthy else DEFAULT_ACTION
+        entry = self.catalog.get(xid)
+        return entry.action if entry else DEFAULT_ACTION
+
+    def meaning(self, xid: int) -> str:
+        entry = self.catalog.get(xid)
+        return entry.meaning if entry else ""
+
+    def describe(self, xid: int) -> str:
+        meaning = self.meaning(xid)
+        return f"XID {xid} ({meaning})" if meaning else f"XID {xid}"
+
+
+def classifier_from_env(env: Mapping[str, str]) -> XidClassifier:
+    path = env.get(ACTIONS_ENV, "").strip()
+    return XidClassifier(policy_from_env(env), load_catalog(Path(path) if path else None))
+
+
+_DEFAULT: XidClassifier | None = None
 
 
 def describe_xid(xid: int) -> str:
-    meaning = XID_MEANINGS.get(xid)
-    return f"XID {xid} ({meaning})" if meaning else f"XID {xid}"
+    """`XID 79 (GPU has fallen off the bus)`, from the built-in catalog."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = XidClassifier(XidPolicy(), load_catalog())
+    return _DEFAULT.describe(xid)

@@ -63,7 +63,10 @@ async def test_xid_marks_the_gpu_unhealthy_and_ignored_xids_do_not(running: Simu
     assert devices[UUIDS[2]].health == "Healthy"
     assert running.sim.capacity()[GPU_RESOURCE] == 8
     log = running.plugin_log()
-    assert "XID 79 (GPU has fallen off the bus)" in log and "ignoring XID 13" in log
+    assert (
+        "XID 79 (GPU has fallen off the bus)" in log
+        and "restart_app (restart the application; the GPU stays Healthy)" in log
+    )
 
 
 async def test_xid_ignored_list_follows_env() -> None:
@@ -234,3 +237,26 @@ async def test_bad_requests_get_grpc_errors_and_the_daemon_keeps_serving(running
     allocation = await running.sim.admit(Pod("after", containers=[Container("c", {GPU_RESOURCE: 8})]))
     assert len(allocation.containers["c"].devices[GPU_RESOURCE]) == 8
     assert running.plugin is not None and running.plugin.poll() is None
+
+
+async def test_reset_class_fault_recovers_at_the_kubelet() -> None:
+    env = {"KUBEGPU_RECOVERY_QUIET_SECONDS": "0.5", "KUBEGPU_HEALTH_PROBE_SECONDS": "0.1"}
+    async with SimulatedNode("dgx-a100", env=env) as node:
+        node.start_plugin()
+        await node.wait_allocatable(8)
+        node.inject("--gpu", "4", "--xid", "48")
+        node.inject("--gpu", "5", "--xid", "154")  # reboot-class: stays out
+        await node.wait_allocatable(6)
+        await node.wait_allocatable(7, timeout=10)
+        devices = node.sim.devices(GPU_RESOURCE)
+        assert devices[UUIDS[4]].health == "Healthy" and devices[UUIDS[5]].health == "Unhealthy"
+        log = node.plugin_log()
+        assert "Healthy -> Unhealthy: XID 48 (double-bit ECC error)" in log
+        assert "Unhealthy -> Healthy: recovery probes passed" in log
+
+
+async def test_bad_health_settings_fail_at_start() -> None:
+    async with SimulatedNode("dgx-a100", env={"KUBEGPU_RECOVERY_QUIET_SECONDS": "later"}) as node:
+        node.start_plugin()
+        assert await node.wait_plugin_exit() == 1
+        assert "KUBEGPU_RECOVERY_QUIET_SECONDS='later' is not a valid number of seconds" in node.plugin_log()
