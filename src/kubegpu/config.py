@@ -8,7 +8,9 @@ what the file left unset. So CLI > env > file > default.
 
 from __future__ import annotations
 
+import difflib
 import json
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +20,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from kubegpu.allocate import DEVICE_ID_STRATEGIES, DEVICE_LIST_STRATEGIES
+from kubegpu.sharing_config import Imex, ReplicatedDevices, Resources, Sharing, SharingStrategy
 
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 MIG_STRATEGIES = ("none", "single", "mixed")
 # Strategies whose Allocate output this build produces; CDI arrives with issue 4.
 IMPLEMENTED_DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts")
-IMPLEMENTED_MIG_STRATEGIES = ("none",)
 
 
 class ConfigError(ValueError):
@@ -81,13 +83,13 @@ class Flags(_Model):
 
 
 class Config(_Model):
-    """The v1 config file. `resources`, `sharing` and `imex` are read fully by the sharing work (issue 3)."""
+    """NVIDIA's v1 config file."""
 
     version: str | None = "v1"
     flags: Flags = Flags()
-    resources: Any = None
-    sharing: Any = None
-    imex: Any = None
+    resources: Resources | None = None
+    sharing: Sharing | None = None
+    imex: Imex | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +178,31 @@ FLAGS: tuple[FlagSpec, ...] = (
         "str",
         "Path to an NVIDIA v1 config file (YAML or JSON).",
     ),
+    FlagSpec(
+        "mps-root",
+        ("MPS_ROOT",),
+        "",
+        ("flags", "mpsRoot"),
+        "str",
+        "Host directory of the MPS control daemons' pipes and shm (required when MPS sharing is on).",
+    ),
+    # kubegpu's own flags (not NVIDIA's): opt-ins beyond NVIDIA's behaviour.
+    FlagSpec(
+        "allow-resource-customization",
+        ("KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION",),
+        False,
+        (),
+        "bool",
+        "Honour `resources` and the `rename`/`devices` of shared resources (NVIDIA ignores them).",
+    ),
+    FlagSpec(
+        "strict-config",
+        ("KUBEGPU_STRICT_CONFIG",),
+        False,
+        (),
+        "bool",
+        "Treat config warnings (unknown or misplaced keys, ignored fields) as errors.",
+    ),
 )
 
 
@@ -238,16 +265,44 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _schema_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[str]]:
+    """Every key the schema knows, by name, with the dotted paths where it belongs."""
+    out: dict[str, list[str]] = {}
+    for name, info in model.model_fields.items():
+        out.setdefault(name, []).append(prefix + name)
+        for arg in typing.get_args(info.annotation) or (info.annotation,):
+            inner = typing.get_args(arg)[0] if typing.get_origin(arg) is list else arg
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                sub = prefix + name + ("[]." if typing.get_origin(arg) is list else ".")
+                for key, paths in _schema_paths(inner, sub).items():
+                    out.setdefault(key, []).extend(paths)
+    return out
+
+
+def _hint(key: str) -> str:
+    known = _schema_paths(Config)
+    if key in known:
+        return f"it belongs at {' or '.join(known[key])}"
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
+    if close:
+        return f"did you mean {close[0]} ({' or '.join(known[close[0]])})?"
+    return "check its spelling and where it belongs"
+
+
 def unknown_keys(config: BaseModel, prefix: str = "") -> list[str]:
-    """Warnings for keys NVIDIA would silently ignore."""
+    """Warnings for keys NVIDIA would silently ignore, each saying where the key probably belongs."""
     out = [
-        f"unknown config key {prefix}{key!s} is ignored; check its spelling and where it belongs"
+        f"unknown config key {prefix}{key!s} is ignored; {_hint(str(key))}"
         for key in (config.model_extra or {})
     ]
     for name in type(config).model_fields:
         value = getattr(config, name)
         if isinstance(value, BaseModel):
             out.extend(unknown_keys(value, f"{prefix}{name}."))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    out.extend(unknown_keys(item, f"{prefix}{name}[{i}]."))
     return out
 
 
@@ -299,6 +354,7 @@ class PluginSettings:
     kubelet_socket: str
     config_file: str
     warnings: tuple[str, ...] = ()
+    allow_customization: bool = False
 
     @property
     def flags(self) -> Flags:
@@ -311,6 +367,12 @@ class PluginSettings:
     @property
     def device_list_strategies(self) -> tuple[str, ...]:
         return tuple(self.plugin.deviceListStrategy or ("envvar",))
+
+    def sharing_strategy(self) -> tuple[str, SharingStrategy | None]:
+        """("mps" | "time-slicing" | "none", its block): NVIDIA's resolution, MPS first."""
+        if self.config.sharing is None:
+            return "none", None
+        return self.config.sharing.strategy()
 
     def log_json(self) -> str:
         return self.config.model_dump_json(indent=2, exclude_none=True)
@@ -333,10 +395,58 @@ def validate(settings: PluginSettings) -> None:
     mig = flags.migStrategy or "none"
     if mig not in MIG_STRATEGIES:
         problems.append(f"unknown MIG strategy: {mig}")
-    elif mig not in IMPLEMENTED_MIG_STRATEGIES:
-        problems.append(f"--mig-strategy {mig} is not available in this kubegpu version yet; use none")
+    sharing_kind, _ = settings.sharing_strategy()
+    if sharing_kind == "mps":
+        if mig == "mixed":
+            problems.append("using --mig-strategy=mixed is not supported with MPS")
+        if not flags.mpsRoot:
+            problems.append("using MPS requires --mps-root to be specified")
     if problems:
         raise ConfigError("unable to validate flags: " + "; ".join(problems))
+
+
+def flag_enabled(flags: Mapping[str, FlagValue], name: str) -> bool:
+    given = flags.get(name)
+    return bool(given and given.value)
+
+
+def apply_nvidia_restrictions(config: Config, allow_customization: bool) -> list[str]:
+    """NVIDIA's post-processing: fields its plugin parses but ignores, with its warnings.
+
+    With `allow_customization` (kubegpu's opt-in) they are honoured instead and nothing is dropped.
+    """
+    if allow_customization:
+        return []
+    warnings: list[str] = []
+    if config.resources is not None and (config.resources.gpus or config.resources.mig):
+        warnings.append("Customizing the 'resources' field is not yet supported in the config. Ignoring...")
+        config.resources = None
+    sharing = config.sharing
+    for key, block in (("timeSlicing", sharing and sharing.timeSlicing), ("mps", sharing and sharing.mps)):
+        if block is None:
+            continue
+        where = f"sharing.{key}.resources"
+        for r in block.resources or ():
+            if r.rename and not block.renameByDefault:
+                warnings.append(
+                    f"Customizing the 'rename' field in '{where}' is not yet supported in the config. "
+                    "Ignoring... (kubegpu honours it with --allow-resource-customization)"
+                )
+                r.rename = None
+            if not r.devices.all:
+                warnings.append(
+                    f"Customizing the 'devices' field in '{where}' is not yet supported in the config. "
+                    "Ignoring... (kubegpu honours it with --allow-resource-customization)"
+                )
+                r.devices = ReplicatedDevices(all=True)
+    return warnings
+
+
+def apply_sharing_defaults(config: Config) -> None:
+    """MPS rejects requests for more than one replica unless told otherwise [NVIDIA v0.20]."""
+    mps = config.sharing.mps if config.sharing is not None else None
+    if mps is not None and mps.failRequestsGreaterThanOne is None:
+        mps.failRequestsGreaterThanOne = True
 
 
 def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
@@ -344,12 +454,19 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
     config_file = str(flags["config-file"].value) if "config-file" in flags else ""
     config, warnings = load_config_file(config_file) if config_file else (Config(), [])
     merged = merge_flags(config, flags)
+    warnings = warnings + apply_nvidia_restrictions(
+        merged, flag_enabled(flags, "allow-resource-customization")
+    )
+    apply_sharing_defaults(merged)
+    if warnings and flag_enabled(flags, "strict-config"):
+        raise ConfigError("strict config: " + "; ".join(warnings))
     kubelet = flags.get("kubelet-socket")
     settings = PluginSettings(
         config=merged,
         kubelet_socket=DEFAULT_KUBELET_SOCKET if kubelet is None else str(kubelet.value),
         config_file=config_file,
         warnings=tuple(warnings),
+        allow_customization=flag_enabled(flags, "allow-resource-customization"),
     )
     validate(settings)
     return settings

@@ -23,7 +23,7 @@ from kubegpu.health import ALL_GPUS, Fault, HealthEvent, HealthMonitor, HealthSe
 from kubegpu.inventory import Health, Inventory
 from kubegpu.nvml import NvmlBackend, load_nvml
 from kubegpu.registrar import Registrar
-from kubegpu.resources import ResourceOptions, build_resources
+from kubegpu.resources import Resource, ResourceError, ResourceOptions, build_resources, parse_mig_minors
 from kubegpu.server import ResourceServer
 from kubegpu.xids import XidCatalogError
 
@@ -45,6 +45,22 @@ def allocate_options(settings: PluginSettings) -> AllocateOptions:
         pass_device_specs=bool(settings.plugin.passDeviceSpecs),
         dev_root=dev_root,
         control_devices=tuple(p for p in CONTROL_DEVICES if os.path.exists(dev_root.rstrip("/") + p)),
+    )
+
+
+def resource_options(settings: PluginSettings) -> ResourceOptions:
+    kind, block = settings.sharing_strategy()
+    minors_file = Path(settings.flags.nvidiaDriverRoot or "/") / "proc/driver/nvidia-caps/mig-minors"
+    try:
+        minors = parse_mig_minors(minors_file.read_text())
+    except OSError:
+        minors = {}  # no MIG capability nodes: MIG devices get their parent's device node only
+    return ResourceOptions(
+        mig_strategy=settings.flags.migStrategy or "none",
+        sharing_kind=kind,
+        sharing=block,
+        custom_names=settings.config.resources if settings.allow_customization else None,
+        mig_minors=minors,
     )
 
 
@@ -162,9 +178,10 @@ class Daemon:
         inventory = inventory.with_gpu_health(carried)
         self.inventory = inventory
         options = allocate_options(self.settings)
-        resources = build_resources(
-            inventory, ResourceOptions(mig_strategy=self.settings.flags.migStrategy or "none")
-        )
+        try:
+            resources = self._build(inventory)
+        except ResourceError as err:
+            raise StartupError(str(err)) from err
         servers = [ResourceServer(r, self.plugin_dir, options, self.inventory.link_map) for r in resources]
         log.info(
             "discovered %d GPU(s) (driver %s, CUDA %s); serving %s",
@@ -176,6 +193,9 @@ class Daemon:
         # Arm health events before the kubelet can see the devices, so no early XID slips through.
         await self._start_monitor(inventory)
         await self.registrar.set_servers(servers)
+
+    def _build(self, inventory: Inventory) -> list[Resource]:
+        return build_resources(inventory, resource_options(self.settings))
 
     # --- health --------------------------------------------------------------------------------------
 
@@ -212,8 +232,7 @@ class Daemon:
         if inventory is self.inventory:
             return
         self.inventory = inventory
-        mig = self.settings.flags.migStrategy or "none"
-        for resource in build_resources(inventory, ResourceOptions(mig_strategy=mig)):
+        for resource in self._build(inventory):
             for server in self.registrar.servers:
                 if server.name == resource.name and await server.update(resource):
                     log.info(
@@ -226,6 +245,7 @@ class Daemon:
     # --- reload --------------------------------------------------------------------------------------
 
     async def reload(self) -> None:
+        """Re-read the config (SIGHUP); anything wrong with the new one keeps the old one running."""
         if self._reload_settings is None:
             return
         try:
@@ -233,10 +253,17 @@ class Daemon:
         except ConfigError as err:
             log.error("config reload failed, keeping the last good config running: %s", err)
             return
+        inventory = await self._discover()
+        if inventory is not None and inventory.gpus:
+            try:
+                build_resources(inventory, resource_options(settings))  # dry run before anything stops
+            except ResourceError as err:
+                log.error("config reload failed, keeping the last good config running: %s", err)
+                return
         log.info("reloading with the new config")
         self.settings = settings
+        log.info("Running with config:\n%s", settings.log_json())
         self._stop_monitor()
-        inventory = await self._discover()
         if inventory is None or not inventory.gpus:
             await self.registrar.set_servers([])
             log.warning("%s", NO_DEVICES)

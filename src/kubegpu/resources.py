@@ -1,28 +1,44 @@
 """From an Inventory to the resources the kubelet sees.
 
 `build_resources` is a pure function: inventory + options in, a list of `Resource` out. It is the one place
-where naming, MIG strategies and sharing (replicas) plug in; the servers only serve what it returns.
+where naming, MIG strategies and sharing (replicas) happen; the servers only serve what it returns.
+
+Order of work, as in NVIDIA's plugin: (1) the base devices per resource name from the MIG strategy (and,
+with kubegpu's opt-in, custom name patterns); (2) sharing replaces each selected device by N replicas
+`<uuid>::<r>` under the same or the renamed resource; (3) one Resource per name with at least one device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from kubegpu.inventory import Gpu, Health, Inventory
+from kubegpu.inventory import Gpu, Health, Inventory, MigDevice
+from kubegpu.sharing_config import ReplicatedResource, Resources, SharingStrategy
+
+log = logging.getLogger(__name__)
 
 RESOURCE_DOMAIN = "nvidia.com"
 DEFAULT_GPU_RESOURCE = f"{RESOURCE_DOMAIN}/gpu"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 REPLICA_SEPARATOR = "::"
+MIG_CONFIG_ERROR = (
+    "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly"
+)
+
+
+class ResourceError(ValueError):
+    """The node's devices cannot be exposed as configured (NVIDIA's texts)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Device:
     """One device as advertised to the kubelet, and what Allocate needs to hand it to a container."""
 
-    id: str  # what the kubelet sees: a GPU/MIG UUID (replicas later: "<uuid>::<r>")
+    id: str  # what the kubelet sees: a GPU/MIG UUID, or "<uuid>::<r>" for a replica
     uuid: str  # the runtime's view: the UUID without any replica suffix
     index: str  # NVIDIA's index: "0" for a full GPU, "<gpu>:<mig>" for a MIG device
     gpu_index: int  # the physical GPU backing this device
@@ -34,6 +50,14 @@ class Device:
     def health_text(self) -> str:
         return HEALTHY if self.health.healthy else UNHEALTHY
 
+    @property
+    def is_mig(self) -> bool:
+        return ":" in self.index
+
+    @property
+    def is_replica(self) -> bool:
+        return self.id != self.uuid
+
 
 @dataclass(frozen=True, slots=True)
 class Resource:
@@ -41,6 +65,8 @@ class Resource:
 
     name: str
     devices: tuple[Device, ...]
+    sharing: str = "none"  # "none", "time-slicing" or "mps"
+    fail_requests_greater_than_one: bool = False
     _by_id: dict[str, Device] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -66,14 +92,16 @@ class Resource:
     @property
     def is_whole_gpus(self) -> bool:
         """True when every device is a whole, unshared GPU: only then does link topology apply."""
-        return all(":" not in d.index and d.id == d.uuid for d in self.devices)
+        return all(not d.is_mig and not d.is_replica for d in self.devices)
 
 
 @dataclass(frozen=True, slots=True)
 class ResourceOptions:
-    """What shapes the resource list. MIG strategies and sharing extend this (see issue 3)."""
-
     mig_strategy: str = "none"
+    sharing_kind: str = "none"  # "time-slicing" or "mps" when `sharing` is the active block
+    sharing: SharingStrategy | None = None
+    custom_names: Resources | None = None  # kubegpu opt-in: NVIDIA's `resources` patterns, honoured
+    mig_minors: Mapping[str, int] = field(default_factory=dict)  # "gpu0/gi1/access" -> capability minor
 
 
 def gpu_device(gpu: Gpu) -> Device:
@@ -88,18 +116,139 @@ def gpu_device(gpu: Gpu) -> Device:
     )
 
 
+def mig_device(gpu: Gpu, mig: MigDevice, mig_minors: Mapping[str, int]) -> Device:
+    """A MIG device: its parent's NUMA node and device node plus its GI and CI capability nodes."""
+    paths = [gpu.device_path]
+    for key in (f"gpu{gpu.minor}/gi{mig.gi}/access", f"gpu{gpu.minor}/gi{mig.gi}/ci{mig.ci}/access"):
+        if key in mig_minors:
+            paths.append(f"/dev/nvidia-caps/nvidia-cap{mig_minors[key]}")
+    return Device(
+        id=mig.uuid,
+        uuid=mig.uuid,
+        index=f"{gpu.index}:{mig.index}",
+        gpu_index=gpu.index,
+        health=mig.health,
+        numa_node=gpu.numa_node,
+        paths=tuple(paths),
+    )
+
+
+def parse_mig_minors(text: str) -> dict[str, int]:
+    """`/proc/driver/nvidia-caps/mig-minors`: lines like `gpu0/gi1/ci0/access 12`."""
+    minors = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            minors[parts[0]] = int(parts[1])
+    return minors
+
+
+def mig_resource_name(profile: str) -> str:
+    """nvidia.com/mig-<profile>, '+' becoming '.' (1g.10gb+me -> nvidia.com/mig-1g.10gb.me)."""
+    return f"{RESOURCE_DOMAIN}/mig-{profile.replace('+', '.')}"
+
+
+def _pattern_matches(pattern: str, value: str) -> bool:
+    # NVIDIA v0.20: '*' is any run of characters, everything else literal, anchored at both ends.
+    return re.fullmatch(".*".join(re.escape(p) for p in pattern.split("*")), value) is not None
+
+
+def _gpu_name(gpu: Gpu, custom: Resources | None) -> str:
+    for entry in custom.gpus if custom else ():
+        if entry.pattern and _pattern_matches(entry.pattern, gpu.name):
+            return entry.name or DEFAULT_GPU_RESOURCE
+    return DEFAULT_GPU_RESOURCE
+
+
+def _mig_name(profile: str, strategy: str, custom: Resources | None) -> str:
+    for entry in custom.mig if custom else ():
+        if entry.pattern and _pattern_matches(entry.pattern, profile):
+            return entry.name or mig_resource_name(profile)
+    if strategy == "single":
+        return DEFAULT_GPU_RESOURCE
+    if re.fullmatch(r"\d+g\.\d+gb(\+[a-z.,]+)?", profile) is None:
+        # Profiles whose compute slices differ from GPU slices (1c.2g.10gb) have no default resource.
+        raise ResourceError(f"MIG profile '{profile}' does not match any resource patterns")
+    return mig_resource_name(profile)
+
+
+def _check_single(gpus: Sequence[Gpu]) -> None:
+    if any(not g.mig_enabled for g in gpus):
+        raise ResourceError(
+            f"{MIG_CONFIG_ERROR}: all devices on the node must be configured with the same migEnabled value"
+        )
+    for g in gpus:
+        if not g.mig_devices:
+            raise ResourceError(f"{MIG_CONFIG_ERROR}: device {g.index} has no MIG devices configured")
+    if len({m.profile for g in gpus for m in g.mig_devices}) > 1:
+        raise ResourceError(f"{MIG_CONFIG_ERROR}: more than one MIG device type present on node")
+
+
+def base_devices(inventory: Inventory, options: ResourceOptions) -> dict[str, list[Device]]:
+    """Devices per resource name before sharing, following the MIG strategy."""
+    gpus = sorted(inventory.gpus, key=lambda g: g.index)
+    strategy = options.mig_strategy
+    if strategy not in ("none", "single", "mixed"):
+        raise ResourceError(f"unknown MIG strategy: {strategy}")
+    if strategy == "single" and any(g.mig_enabled for g in gpus):
+        _check_single(gpus)
+    out: dict[str, list[Device]] = {}
+    for gpu in gpus:
+        if strategy == "none" or not gpu.mig_enabled:
+            out.setdefault(_gpu_name(gpu, options.custom_names), []).append(gpu_device(gpu))
+            continue
+        if not gpu.mig_devices:
+            log.warning("GPU %d has MIG enabled but no MIG devices; nothing to advertise from it", gpu.index)
+        for mig in gpu.mig_devices:
+            name = _mig_name(mig.profile, strategy, options.custom_names)
+            out.setdefault(name, []).append(mig_device(gpu, mig, options.mig_minors))
+    return out
+
+
+def _selected(devices: Sequence[Device], entry: ReplicatedResource) -> list[Device]:
+    spec = entry.devices
+    if spec.all:
+        return list(devices)
+    if spec.count is not None:
+        return list(devices[: spec.count])
+    wanted = set(spec.ids)
+    return [d for d in devices if d.index in wanted or d.uuid in wanted]
+
+
+def replicate(device: Device, replicas: int) -> list[Device]:
+    return [replace(device, id=f"{device.uuid}{REPLICA_SEPARATOR}{r}") for r in range(replicas)]
+
+
 def build_resources(inventory: Inventory, options: ResourceOptions | None = None) -> list[Resource]:
-    """The resources to serve, one per name, each with at least one device."""
+    """The resources to serve, one per name, each with at least one device. Raises ResourceError."""
     options = options or ResourceOptions()
-    if options.mig_strategy != "none":
-        # The config layer rejects other strategies until MIG support lands; this guards the pure core.
-        raise ValueError(f"unknown MIG strategy: {options.mig_strategy}")
-    devices = [gpu_device(g) for g in sorted(inventory.gpus, key=lambda g: g.index)]
-    return _group({DEFAULT_GPU_RESOURCE: devices})
-
-
-def _group(by_name: dict[str, Sequence[Device]]) -> list[Resource]:
-    return [Resource(name, tuple(devs)) for name, devs in sorted(by_name.items()) if devs]
+    by_name = base_devices(inventory, options)
+    shared: dict[str, bool] = {}  # resource name -> failRequestsGreaterThanOne, for shared resources
+    block = options.sharing
+    if block is not None:
+        for entry in block.resources or ():
+            devices = by_name.get(entry.name or "", [])
+            chosen = _selected(devices, entry)
+            if not chosen:
+                continue
+            if options.sharing_kind == "mps" and any(d.is_mig for d in chosen):
+                raise ResourceError("sharing using MPS is not supported for MIG devices")
+            target = entry.rename or entry.name or ""
+            chosen_ids = {d.id for d in chosen}
+            by_name[entry.name or ""] = [d for d in devices if d.id not in chosen_ids]
+            replicas = [r for d in chosen for r in replicate(d, entry.replicas or 1)]
+            by_name.setdefault(target, []).extend(replicas)
+            shared[target] = bool(block.failRequestsGreaterThanOne)
+    return [
+        Resource(
+            name,
+            tuple(devices),
+            sharing=options.sharing_kind if name in shared else "none",
+            fail_requests_greater_than_one=shared.get(name, False),
+        )
+        for name, devices in sorted(by_name.items())
+        if devices
+    ]
 
 
 def resources_by_name(resources: Iterable[Resource]) -> dict[str, Resource]:

@@ -1,0 +1,204 @@
+"""The `resources`, `sharing` and `imex` blocks of NVIDIA's v1 config file, with NVIDIA's validation texts.
+
+Kept apart from `config.py` (flags and precedence) because these blocks are data about resources, and the
+resource layer is what consumes them. Every error text a user can hit is NVIDIA's (spec §1.2).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+RESOURCE_PREFIX = "nvidia.com"
+MAX_RESOURCE_NAME = 63
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+_DNS1123_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def resource_name(raw: str) -> str:
+    """NVIDIA's ResourceName rules: `gpu` means `nvidia.com/gpu`; length and DNS-1123 checks."""
+    name = raw if raw.startswith(f"{RESOURCE_PREFIX}/") else f"{RESOURCE_PREFIX}/{raw}"
+    if len(name) > MAX_RESOURCE_NAME:
+        raise ValueError(
+            f"fully-qualified resource name must be {MAX_RESOURCE_NAME} characters or less: {name}"
+        )
+    short = name.split("/", 1)[1]
+    problems = []
+    if len(short) > 253:
+        problems.append("must be no more than 253 characters")
+    if not _DNS1123_SUBDOMAIN.match(short):
+        problems.append(_DNS1123_MESSAGE)
+    if problems:
+        raise ValueError(f"incorrect format for resource name '{name}': [{' '.join(problems)}]")
+    return name
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return len(text) == 36
+
+
+def valid_device_reference(text: str) -> bool:
+    """A GPU index ("0"), MIG index ("0:1"), GPU UUID, MIG UUID or legacy MIG-GPU-<uuid>/<gi>/<ci>."""
+    if re.fullmatch(r"\d+", text) or re.fullmatch(r"\d+:\d+", text):
+        return True
+    if text.startswith("GPU-"):
+        return _is_uuid(text[4:])
+    if text.startswith("MIG-GPU-"):
+        parts = text[8:].split("/")
+        return len(parts) == 3 and _is_uuid(parts[0]) and parts[1].isdigit() and parts[2].isdigit()
+    if text.startswith("MIG-"):
+        return _is_uuid(text[4:])
+    return False
+
+
+class ReplicatedDevices(BaseModel):
+    """`devices:` of a shared resource: "all", a count, or a list of indices/UUIDs."""
+
+    model_config = ConfigDict(frozen=True)
+    all: bool = False
+    count: int | None = None
+    ids: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Any) -> ReplicatedDevices:
+        """From the file's value: "all", a positive count, or a list of device references."""
+        if isinstance(raw, ReplicatedDevices):
+            return raw
+        if isinstance(raw, str):
+            if raw != "all":
+                raise ValueError(f"devices set as '{raw}' but the only valid string input is 'all'")
+            return cls(all=True)
+        if isinstance(raw, bool):
+            raise ValueError(f"unrecognized type for devices spec: {str(raw).lower()}")
+        if isinstance(raw, int):
+            if raw <= 0:
+                raise ValueError(f"devices set as '{raw}' but a count of devices must be > 0")
+            return cls(count=raw)
+        if isinstance(raw, list):
+            ids = []
+            for item in raw:
+                if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+                    ids.append(str(item))  # bare uints are normalised to strings, as NVIDIA does
+                elif isinstance(item, str) and valid_device_reference(item):
+                    ids.append(item)
+                else:
+                    kind = type(item).__name__
+                    raise ValueError(f"unsupported type for device in devices list: {item}, {kind}")
+            return cls(ids=tuple(ids))
+        raise ValueError(f"unrecognized type for devices spec: {raw}")
+
+    def describe(self) -> Any:
+        return "all" if self.all else self.count if self.count is not None else list(self.ids)
+
+
+class ReplicatedResource(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str | None = None
+    rename: str | None = None
+    devices: ReplicatedDevices = ReplicatedDevices(all=True)
+    replicas: int | None = None
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, raw: Any) -> ReplicatedDevices:
+        return ReplicatedDevices.parse(raw)
+
+    @model_validator(mode="after")
+    def _check(self) -> ReplicatedResource:
+        if not self.name:
+            raise ValueError("no resource name specified")
+        self.name = resource_name(self.name)
+        if self.rename:
+            self.rename = resource_name(self.rename)
+        if self.replicas is None:
+            raise ValueError("no replicas specified")
+        if self.replicas < 2:
+            raise ValueError("number of replicas must be >= 2")
+        return self
+
+
+class SharingStrategy(BaseModel):
+    """`sharing.timeSlicing` or `sharing.mps`."""
+
+    model_config = ConfigDict(extra="allow")
+    renameByDefault: bool = False
+    failRequestsGreaterThanOne: bool | None = None
+    resources: list[ReplicatedResource] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SharingStrategy:
+        if not self.resources:
+            raise ValueError("no resources specified")
+        if self.renameByDefault:
+            for r in self.resources:
+                if not r.rename:
+                    r.rename = f"{r.name}.shared"
+        return self
+
+    @property
+    def active(self) -> bool:
+        return any((r.replicas or 0) > 1 for r in self.resources or ())
+
+
+class Sharing(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    timeSlicing: SharingStrategy | None = None
+    mps: SharingStrategy | None = None
+
+    def strategy(self) -> tuple[str, SharingStrategy | None]:
+        """NVIDIA's resolution: MPS if it has replicas, else time-slicing if it has, else none."""
+        if self.mps is not None and self.mps.active:
+            return "mps", self.mps
+        if self.timeSlicing is not None and self.timeSlicing.active:
+            return "time-slicing", self.timeSlicing
+        return "none", None
+
+
+class ResourcePattern(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    pattern: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ResourcePattern:
+        if not self.pattern:
+            raise ValueError("resources must have a 'pattern' field set")
+        if not self.name:
+            raise ValueError("resources must have a 'name' field set")
+        self.name = resource_name(self.name)
+        return self
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    gpus: list[ResourcePattern] = []
+    mig: list[ResourcePattern] = []
+
+
+class Imex(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    channelIDs: list[int] | None = None
+    required: bool | None = None
+
+    @field_validator("channelIDs")
+    @classmethod
+    def _only_zero(cls, ids: list[int] | None) -> list[int] | None:
+        # Checked here so a bad file fails at parse time; the startup text is NVIDIA's.
+        if ids not in (None, [], [0]):
+            raise ValueError(
+                "invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; "
+                f"found [{' '.join(str(i) for i in ids or [])}]"
+            )
+        return ids
