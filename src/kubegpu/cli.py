@@ -118,7 +118,8 @@ def main() -> None:
     """
 
 
-def _plugin_command(func: Any) -> Any:
+def plugin_flag_options(func: Any) -> Any:
+    """Add every NVIDIA plugin flag (with its env var) to a command."""
     for spec in reversed(FLAGS):
         func = _flag_option(spec)(func)
     return func
@@ -126,7 +127,7 @@ def _plugin_command(func: Any) -> Any:
 
 @main.command("plugin")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-@_plugin_command
+@plugin_flag_options
 @click.pass_context
 def plugin_cmd(ctx: click.Context, verbose: bool, **params: Any) -> None:
     """Run the device plugin daemon on this node.
@@ -165,5 +166,6 @@ main.lazy_commands.update(
         "lint": "kubegpu.toolkit.cli:lint",
         "explain": "kubegpu.toolkit.cli:explain",
         "doctor": "kubegpu.toolkit.cli:doctor",
+        "config": "kubegpu.configcheck:config_group",
     }
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,16 +20,20 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from kubegpu.allocate import DEVICE_ID_STRATEGIES, DEVICE_LIST_STRATEGIES
+from kubegpu.cdi import DEFAULT_ANNOTATION_PREFIX, DEFAULT_CONTAINER_DRIVER_ROOT, DEFAULT_HOOK_PATH
+from kubegpu.preferred import DISTRIBUTED, SHARED_ALLOCATION_POLICIES
 from kubegpu.sharing_config import Imex, ReplicatedDevices, Resources, Sharing, SharingStrategy
 
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 MIG_STRATEGIES = ("none", "single", "mixed")
-# Strategies whose Allocate output this build produces; CDI arrives with issue 4.
-IMPLEMENTED_DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts")
 
 
 class ConfigError(ValueError):
-    """A config that cannot run. The message names the field and the fix."""
+    """A config that cannot run. The message names the field and the fix; `problems` lists each one."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems: list[str] = list(problems) or [message]
 
 
 class _Model(BaseModel):
@@ -101,6 +105,19 @@ class FlagSpec:
     kind: Literal["str", "bool", "list"]
     help: str
     aliases: tuple[str, ...] = ()
+    # NVIDIA's imex.* keys: the flag overwrites the file only when given, never with its default.
+    explicit_only: bool = False
+    # Turns the parsed flag value into the config value (e.g. strings into channel IDs); raises ConfigError.
+    convert: Callable[[Any], Any] | None = None
+
+
+def _channel_ids(values: Sequence[str]) -> list[int]:
+    try:
+        return [int(v) for v in values]
+    except ValueError:
+        raise ConfigError(
+            f"invalid --imex-channel-ids option: {','.join(values)}: channel IDs are integers (use 0)"
+        ) from None
 
 
 FLAGS: tuple[FlagSpec, ...] = (
@@ -152,7 +169,8 @@ FLAGS: tuple[FlagSpec, ...] = (
         ("envvar",),
         ("flags", "plugin", "deviceListStrategy"),
         "list",
-        "How the device list reaches the container runtime: envvar, volume-mounts (comma list allowed).",
+        "How the device list reaches the container runtime: envvar, volume-mounts, cdi-annotations, "
+        "cdi-cri (comma list allowed).",
     ),
     FlagSpec(
         "device-id-strategy",
@@ -161,6 +179,83 @@ FLAGS: tuple[FlagSpec, ...] = (
         ("flags", "plugin", "deviceIDStrategy"),
         "str",
         "Name devices to the runtime by uuid or by index.",
+    ),
+    FlagSpec(
+        "cdi-annotation-prefix",
+        ("CDI_ANNOTATION_PREFIX",),
+        DEFAULT_ANNOTATION_PREFIX,
+        ("flags", "plugin", "cdiAnnotationPrefix"),
+        "str",
+        "Prefix of the annotation key that carries CDI device names (cdi-annotations strategy).",
+    ),
+    FlagSpec(
+        "nvidia-cdi-hook-path",
+        ("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"),
+        DEFAULT_HOOK_PATH,
+        ("flags", "plugin", "nvidiaCTKPath"),
+        "str",
+        "Path on the host of nvidia-cdi-hook (or nvidia-ctk) for the hooks in the generated CDI specs.",
+        ("nvidia-ctk-path",),
+    ),
+    FlagSpec(
+        "driver-root-ctr-path",
+        ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
+        DEFAULT_CONTAINER_DRIVER_ROOT,
+        ("flags", "plugin", "containerDriverRoot"),
+        "str",
+        "Where the driver root is mounted in the plugin's container (searched for the CDI specs' libraries).",
+        ("container-driver-root",),
+    ),
+    FlagSpec(
+        "gdrcopy-enabled",
+        ("GDRCOPY_ENABLED",),
+        False,
+        ("flags", "gdrcopyEnabled"),
+        "bool",
+        "Give containers GDRCopy (NVIDIA_GDRCOPY=enabled; /dev/gdrdrv with CDI).",
+    ),
+    FlagSpec(
+        "gds-enabled",
+        ("GDS_ENABLED",),
+        False,
+        ("flags", "gdsEnabled"),
+        "bool",
+        "Give containers GPUDirect Storage (NVIDIA_GDS=enabled; /dev/nvidia-fs* with CDI).",
+    ),
+    FlagSpec(
+        "mofed-enabled",
+        ("MOFED_ENABLED",),
+        False,
+        ("flags", "mofedEnabled"),
+        "bool",
+        "Give containers MOFED (NVIDIA_MOFED=enabled; /dev/infiniband nodes with CDI).",
+    ),
+    FlagSpec(
+        "imex-channel-ids",
+        ("IMEX_CHANNEL_IDS",),
+        (),
+        ("imex", "channelIDs"),
+        "list",
+        "IMEX channels every container gets: none, or 0.",
+        explicit_only=True,
+        convert=_channel_ids,
+    ),
+    FlagSpec(
+        "imex-required",
+        ("IMEX_REQUIRED",),
+        False,
+        ("imex", "required"),
+        "bool",
+        "Fail the start when a requested IMEX channel does not exist (else it is skipped with a warning).",
+        explicit_only=True,
+    ),
+    FlagSpec(
+        "shared-devices-allocation-policy",
+        ("SHARED_DEVICES_ALLOCATION_POLICY",),
+        DISTRIBUTED,
+        ("flags", "plugin", "sharedDevicesAllocationPolicy"),
+        "str",
+        "How replicas are picked: distributed (spread over GPUs) or packed (fill a GPU first).",
     ),
     FlagSpec(
         "kubelet-socket",
@@ -252,17 +347,18 @@ def parse_config_text(text: str, source: str = "<config>") -> tuple[Config, list
     try:
         config = Config.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(f"invalid config file {source}: {_describe(err)}") from err
+        problems = _describe(err)
+        raise ConfigError(f"invalid config file {source}: {'; '.join(problems)}", problems) from err
     return config, unknown_keys(config)
 
 
-def _describe(err: ValidationError) -> str:
+def _describe(err: ValidationError) -> list[str]:
     parts = []
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         parts.append(f"{where}: {msg} (got {json.dumps(e.get('input'), default=str)})")
-    return "; ".join(parts)
+    return parts
 
 
 def _schema_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[str]]:
@@ -339,8 +435,9 @@ def merge_flags(config: Config, flags: Mapping[str, FlagValue]) -> Config:
         given = flags.get(spec.name)
         if not spec.path or given is None:
             continue
-        if given.explicit or _get(merged, spec.path) is None:
-            _set(merged, spec.path, list(given.value) if spec.kind == "list" else given.value)
+        if given.explicit or (not spec.explicit_only and _get(merged, spec.path) is None):
+            value = list(given.value) if spec.kind == "list" else given.value
+            _set(merged, spec.path, spec.convert(value) if spec.convert else value)
     if not merged.flags.nvidiaDevRoot:
         merged.flags.nvidiaDevRoot = merged.flags.nvidiaDriverRoot
     return merged
@@ -385,13 +482,18 @@ def validate(settings: PluginSettings) -> None:
     for strategy in settings.device_list_strategies:
         if strategy not in DEVICE_LIST_STRATEGIES:
             problems.append(f"invalid --device-list-strategy option: invalid strategy: {strategy}")
-        elif strategy not in IMPLEMENTED_DEVICE_LIST_STRATEGIES:
-            problems.append(
-                f"--device-list-strategy {strategy} is not available in this kubegpu version yet; "
-                f"use one of {', '.join(IMPLEMENTED_DEVICE_LIST_STRATEGIES)}"
-            )
     if (plugin.deviceIDStrategy or "uuid") not in DEVICE_ID_STRATEGIES:
         problems.append(f"invalid --device-id-strategy option: {plugin.deviceIDStrategy}")
+    policy = plugin.sharedDevicesAllocationPolicy or DISTRIBUTED
+    if policy not in SHARED_ALLOCATION_POLICIES:
+        problems.append(f"invalid --shared-devices-allocation-policy option: {policy}")
+    channel_ids = settings.config.imex.channelIDs if settings.config.imex else None
+    if channel_ids not in (None, [], [0]):
+        # The file's value is checked when it is parsed; this catches --imex-channel-ids / IMEX_CHANNEL_IDS.
+        found = " ".join(str(i) for i in channel_ids or [])
+        problems.append(
+            f"invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; found [{found}]"
+        )
     mig = flags.migStrategy or "none"
     if mig not in MIG_STRATEGIES:
         problems.append(f"unknown MIG strategy: {mig}")
@@ -402,7 +504,10 @@ def validate(settings: PluginSettings) -> None:
         if not flags.mpsRoot:
             problems.append("using MPS requires --mps-root to be specified")
     if problems:
-        raise ConfigError("unable to validate flags: " + "; ".join(problems))
+        raise ConfigError(
+            "unable to validate flags: " + "; ".join(problems),
+            [f"unable to validate flags: {p}" for p in problems],
+        )
 
 
 def flag_enabled(flags: Mapping[str, FlagValue], name: str) -> bool:
@@ -459,7 +564,7 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
     )
     apply_sharing_defaults(merged)
     if warnings and flag_enabled(flags, "strict-config"):
-        raise ConfigError("strict config: " + "; ".join(warnings))
+        raise ConfigError("strict config: " + "; ".join(warnings), [f"strict config: {w}" for w in warnings])
     kubelet = flags.get("kubelet-socket")
     settings = PluginSettings(
         config=merged,

@@ -1,0 +1,85 @@
+"""`kubegpu config check` as an SRE runs it before rolling out a ConfigMap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TIME_SLICED = """
+version: v1
+flags:
+  renameByDefault: true
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
+    import os
+
+    out = subprocess.run(
+        [sys.executable, "-m", "kubegpu", "config", "check", *args, "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+    return out.returncode, json.loads(out.stdout)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(TIME_SLICED)
+    return path
+
+
+def test_resources_device_ids_and_warnings(config: Path) -> None:
+    code, report = run(str(config), "--profile", "t4-pcie")
+    assert code == 0 and report["errors"] == []
+    (name,) = report["resources"]
+    assert name == "nvidia.com/gpu.shared" and len(report["resources"][name]) == 16
+    assert report["resources"][name][0].endswith("::0")
+    assert any(
+        "flags.renameByDefault" in w and "sharing.timeSlicing.renameByDefault" in w
+        for w in report["warnings"]
+    )
+
+
+def test_env_applies_with_the_daemons_precedence(config: Path) -> None:
+    code, report = run(str(config), "--profile", "a100-mig", env={"MIG_STRATEGY": "mixed"})
+    assert code == 0
+    assert "nvidia.com/mig-1g.5gb" in report["resources"]
+    code, report = run(
+        str(config), "--profile", "a100-mig", "--mig-strategy", "single", env={"MIG_STRATEGY": "mixed"}
+    )
+    assert code == 1
+    assert report["errors"] == [
+        "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly: "
+        "all devices on the node must be configured with the same migEnabled value"
+    ]
+
+
+def test_every_error_with_its_field_path(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 1}\n    - {replicas: 2}\n"
+    )
+    code, report = run(str(bad), "--profile", "t4-pcie")
+    assert code == 1 and report["resources"] == {}
+    assert len(report["errors"]) == 2
+    assert report["errors"][0].startswith("sharing.timeSlicing.resources.0: number of replicas must be >= 2")
+    assert report["errors"][1].startswith("sharing.timeSlicing.resources.1: no resource name specified")
+
+
+def test_no_gpu_here_says_how_to_check_anyway(config: Path) -> None:
+    code, report = run(str(config), "--profile", "no-driver")
+    assert code == 1 and "Use --profile" in report["errors"][0]
