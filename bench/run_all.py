@@ -119,6 +119,8 @@ def main() -> int:
         "xid_latency": ["--injections", str(args.injections)],
         "cold_start": ["--runs", str(args.runs)],
         "rss": ["--allocates", str(args.allocates)],
+        "sharing_bench": ["--runs", "200"],
+        "toolkit_bench": [],
     }
     rows: list[Row] = []
     failed = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kubegpu.inventory import Gpu, Health, Inventory, MigDevice
 from kubegpu.sharing_config import ReplicatedResource, Resources, SharingStrategy
@@ -216,7 +216,11 @@ def _selected(devices: Sequence[Device], entry: ReplicatedResource) -> list[Devi
 
 
 def replicate(device: Device, replicas: int) -> list[Device]:
-    return [replace(device, id=f"{device.uuid}{REPLICA_SEPARATOR}{r}") for r in range(replicas)]
+    d = device  # constructed directly: dataclasses.replace costs ~10x more, and 8 x 48 add up
+    return [
+        Device(f"{d.uuid}{REPLICA_SEPARATOR}{r}", d.uuid, d.index, d.gpu_index, d.health, d.numa_node, d.paths)  # noqa: E501
+        for r in range(replicas)
+    ]
 
 
 def build_resources(inventory: Inventory, options: ResourceOptions | None = None) -> list[Resource]:
