@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from kubegpu.nvml import FAKE_ENV, SYSFS_ENV, device_handle_id, load_nvml
 from kubegpu.nvml.cli import fake_nvml
 from kubegpu.nvml.fake import FakeNvml, ProfileError, load_profile, parse_profile, profile_names
-from kubegpu.nvml.state import STATE_ENV, WHOLE_GPU
+from kubegpu.nvml.state import STATE_ENV, WHOLE_GPU, StateDir
 
 SHORT_MS = 30  # for waits that must time out: nothing is coming
 
@@ -557,3 +557,24 @@ def test_real_pynvml_without_the_library_raises_library_not_found() -> None:
         pytest.skip("libnvidia-ml.so.1 is present on this machine")
     with pytest.raises(pynvml.NVMLError_LibraryNotFound):
         load_nvml({}).nvml.nvmlInit()
+
+
+def test_flaky_gpu_fails_some_calls_until_recovered(state_dir: Path) -> None:
+    fake = started("t4-pcie", state_dir)
+    state = StateDir(state_dir)
+    handle = fake.nvmlDeviceGetHandleByIndex(1)
+    state.inject_flaky(1, 0.5)
+    outcomes = []
+    for _ in range(200):
+        try:
+            fake.nvmlDeviceGetMemoryInfo(handle)
+            outcomes.append(True)
+        except pynvml.NVMLError_Unknown:
+            outcomes.append(False)
+    assert 40 < outcomes.count(False) < 160  # about half, not all or none
+    state.recover(1)
+    for _ in range(50):
+        fake.nvmlDeviceGetMemoryInfo(handle)
+    fake.nvmlDeviceGetMemoryInfo(fake.nvmlDeviceGetHandleByIndex(0))  # other GPUs were never affected
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        state.inject_flaky(1, 2.0)

@@ -66,7 +66,14 @@ def profiles(as_json: bool) -> None:
 )
 @click.option("--ecc", type=click.Choice(["single", "double"]), help="Raise an ECC error event (no XID).")
 @click.option("--wait-error", is_flag=True, help="The next NVML event wait fails with NVML_ERROR_UNKNOWN.")
-@click.option("--recover", is_flag=True, help="Undo --lost and pending ECC row remaps, as a GPU reset would.")
+@click.option(
+    "--flaky",
+    type=click.FloatRange(0.0, 1.0),
+    help="From now on this fraction of NVML calls on the GPU fail with NVML_ERROR_UNKNOWN (0 stops it).",
+)
+@click.option(
+    "--recover", is_flag=True, help="Undo --lost, --flaky and pending ECC row remaps, as a GPU reset would."
+)
 @click.option("--gi", type=click.IntRange(min=0), help="With --xid: the MIG GPU instance id the event names.")
 @click.option("--ci", type=click.IntRange(min=0), help="With --xid: the MIG compute instance id.")
 def inject(
@@ -76,6 +83,7 @@ def inject(
     lost: bool,
     ecc: str | None,
     wait_error: bool,
+    flaky: float | None,
     recover: bool,
     gi: int | None,
     ci: int | None,
@@ -86,11 +94,12 @@ def inject(
     Examples:
       kubegpu fake-nvml inject --gpu 0 --xid 48
       kubegpu fake-nvml inject --gpu 3 --lost
+      kubegpu fake-nvml inject --gpu 2 --flaky 0.05
       kubegpu fake-nvml inject --gpu 3 --recover
       kubegpu fake-nvml inject --wait-error
     """
     actions = {"--xid": xid is not None, "--lost": lost, "--ecc": ecc is not None}
-    actions |= {"--wait-error": wait_error, "--recover": recover}
+    actions |= {"--wait-error": wait_error, "--flaky": flaky is not None, "--recover": recover}
     chosen = [name for name, on in actions.items() if on]
     if len(chosen) != 1:
         raise click.UsageError(f"give exactly one of {', '.join(actions)} (got {len(chosen)})")
@@ -117,6 +126,10 @@ def inject(
         assert gpu is not None
         state.inject_ecc(gpu, "double" if ecc == "double" else "single")
         done = f"{ecc}-bit ECC error on GPU {gpu}"
+    elif flaky is not None:
+        assert gpu is not None
+        state.inject_flaky(gpu, flaky)
+        done = f"flaky NVML calls ({flaky:.0%}) on GPU {gpu}"
     elif recover:
         assert gpu is not None
         state.recover(gpu)

@@ -27,6 +27,7 @@ import collections
 import ctypes
 import logging
 import os
+import random
 import shutil
 import tempfile
 import threading
@@ -542,8 +543,11 @@ class FakeNvml:
             _fail(pynvml.NVML_ERROR_UNINITIALIZED)
 
     def _check_alive(self, gpu: _Gpu) -> None:
-        if self.state.faults().gpu(gpu.index).lost:
+        faults = self.state.faults().gpu(gpu.index)
+        if faults.lost:
             _fail(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if faults.flaky and random.random() < faults.flaky:
+            _fail(pynvml.NVML_ERROR_UNKNOWN)
 
     def _device_handle(self, gpu: int, mig_slot: int | None = None) -> Any:
         low = (gpu + 1) << 8 | (0 if mig_slot is None else mig_slot + 1)

@@ -86,6 +86,7 @@ class GpuFaults:
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     remap_pending: bool = False  # a row remap (A100+) or page retirement (older) waits for a GPU reset
+    flaky: float = 0.0  # probability that any NVML call on the GPU fails with NVML_ERROR_UNKNOWN
 
 
 _NO_FAULTS = GpuFaults()
@@ -247,9 +248,17 @@ class StateDir:
         """The next nvmlEventSetWait of every existing event set raises NVML_ERROR_UNKNOWN."""
         self.append_event(EventRecord("wait_error"))
 
+    def inject_flaky(self, gpu: int, rate: float) -> None:
+        """From now on a fraction `rate` of NVML calls on the GPU fail with NVML_ERROR_UNKNOWN."""
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"flaky rate {rate} is not between 0 and 1")
+        self.update_gpu_faults(gpu, lambda f: dataclasses.replace(f, flaky=rate))
+
     def recover(self, gpu: int) -> None:
-        """As after a GPU reset: back on the bus, no pending remap (ECC counts stay, as aggregate ones do)."""
-        self.update_gpu_faults(gpu, lambda f: dataclasses.replace(f, lost=False, remap_pending=False))
+        """As after a GPU reset: back on the bus, no pending remap, no flakiness (ECC counts stay)."""
+        self.update_gpu_faults(
+            gpu, lambda f: dataclasses.replace(f, lost=False, remap_pending=False, flaky=0.0)
+        )
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
