@@ -120,6 +120,7 @@ def main() -> int:
         "cold_start": ["--runs", str(args.runs)],
         "rss": ["--allocates", str(args.allocates)],
         "sharing_bench": ["--runs", "200"],
+        "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
     }
     rows: list[Row] = []
