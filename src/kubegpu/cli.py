@@ -167,5 +167,6 @@ main.lazy_commands.update(
         "explain": "kubegpu.toolkit.cli:explain",
         "doctor": "kubegpu.toolkit.cli:doctor",
         "config": "kubegpu.configcheck:config_group",
+        "labels": "kubegpu.labels.cli:labels",
     }
 )

@@ -218,7 +218,9 @@ def _selected(devices: Sequence[Device], entry: ReplicatedResource) -> list[Devi
 def replicate(device: Device, replicas: int) -> list[Device]:
     d = device  # constructed directly: dataclasses.replace costs ~10x more, and 8 x 48 add up
     return [
-        Device(f"{d.uuid}{REPLICA_SEPARATOR}{r}", d.uuid, d.index, d.gpu_index, d.health, d.numa_node, d.paths)  # noqa: E501
+        Device(
+            f"{d.uuid}{REPLICA_SEPARATOR}{r}", d.uuid, d.index, d.gpu_index, d.health, d.numa_node, d.paths
+        )
         for r in range(replicas)
     ]
 

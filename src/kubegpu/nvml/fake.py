@@ -527,6 +527,8 @@ class FakeNvml:
             directory.mkdir(parents=True, exist_ok=True)
             numa = gpu.spec.numa_node if gpu.spec.numa_node is not None else -1
             atomic_write(directory / "numa_node", f"{numa}\n".encode())
+            # PCI class 0x0302xx: a 3D controller, i.e. a GPU in compute mode (GFD's gpu.mode label).
+            atomic_write(directory / "class", b"0x030200\n")
 
     def __getattr__(self, name: str) -> Any:
         # Constants, structs and NVMLError classes are pynvml's own; functions the fake lacks fail
