@@ -17,13 +17,13 @@ import click
 from click.core import ParameterSource
 
 from kubegpu import __version__
+from kubegpu.clitypes import GoBool
 from kubegpu.config import (
     FLAGS,
     ConfigError,
     FlagSpec,
     FlagValue,
     PluginSettings,
-    parse_bool,
     parse_list,
     resolve,
 )
@@ -42,20 +42,6 @@ def setup_logging(verbose: bool = False) -> None:
     )
 
 
-class _GoBool(click.ParamType):
-    """Booleans spelled the way NVIDIA's flags and env vars accept them (Go's strconv.ParseBool)."""
-
-    name = "boolean"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
-        if isinstance(value, bool):
-            return value
-        try:
-            return parse_bool(str(value))
-        except ValueError as err:
-            self.fail(str(err), param, ctx)
-
-
 def _flag_option(spec: FlagSpec) -> Any:
     names = [f"--{spec.name}", *(f"--{a}" for a in spec.aliases)]
     common: dict[str, Any] = {
@@ -67,7 +53,7 @@ def _flag_option(spec: FlagSpec) -> Any:
     if spec.kind == "bool":
         # `--pass-device-specs` alone means true, `--fail-on-init-error=false` works as with NVIDIA's flags.
         return click.option(
-            *names, type=_GoBool(), is_flag=False, flag_value=True, default=spec.default, **common
+            *names, type=GoBool(), is_flag=False, flag_value=True, default=spec.default, **common
         )
     if spec.kind == "list":
         return click.option(*names, default=",".join(spec.default), **common)
@@ -168,5 +154,6 @@ main.lazy_commands.update(
         "doctor": "kubegpu.toolkit.cli:doctor",
         "config": "kubegpu.configcheck:config_group",
         "labels": "kubegpu.labels.cli:labels",
+        "config-manager": "kubegpu.configmanager.cli:config_manager",
     }
 )
