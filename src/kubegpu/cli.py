@@ -42,7 +42,7 @@ def setup_logging(verbose: bool = False) -> None:
     )
 
 
-def _flag_option(spec: FlagSpec) -> Any:
+def flag_option(spec: FlagSpec) -> Any:
     names = [f"--{spec.name}", *(f"--{a}" for a in spec.aliases)]
     common: dict[str, Any] = {
         "envvar": list(spec.envvars),
@@ -107,7 +107,7 @@ def main() -> None:
 def plugin_flag_options(func: Any) -> Any:
     """Add every NVIDIA plugin flag (with its env var) to a command."""
     for spec in reversed(FLAGS):
-        func = _flag_option(spec)(func)
+        func = flag_option(spec)(func)
     return func
 
 
@@ -155,5 +155,6 @@ main.lazy_commands.update(
         "config": "kubegpu.configcheck:config_group",
         "labels": "kubegpu.labels.cli:labels",
         "config-manager": "kubegpu.configmanager.cli:config_manager",
+        "mps-daemon": "kubegpu.mps.cli:mps_daemon",
     }
 )
