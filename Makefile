@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint proto bench clean
+.PHONY: demo test lint proto bench clean static lock test-slow image
 
 $(BIN)/kubegpu: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,18 @@ proto: $(BIN)/kubegpu
 
 bench: $(BIN)/kubegpu
 	$(BIN)/python bench/run_all.py
+
+static: $(BIN)/kubegpu
+	$(BIN)/python scripts/render_static.py
+
+lock: $(BIN)/kubegpu
+	$(BIN)/python scripts/lock_requirements.py
+
+test-slow: $(BIN)/kubegpu
+	KUBEGPU_SLOW_TESTS=1 $(BIN)/python -m pytest -q tests/deploy
+
+image:
+	docker build -t kubegpu:dev .
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,195 @@
+{{/*
+Template features allowed in this chart: the subset scripts/helmlite.py renders (listed in its docstring),
+so CI can render the chart without helm. helmlite refuses anything else rather than render it wrongly.
+*/}}
+
+{{- define "kubegpu.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release name alone when it already contains the chart name (release "kubegpu" -> "kubegpu"). */}}
+{{- define "kubegpu.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kubegpu.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{- define "kubegpu.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kubegpu.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* Callers add app.kubernetes.io/component, so the DaemonSets' selectors never overlap. */}}
+{{- define "kubegpu.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubegpu.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kubegpu.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The ConfigMap of plugin configs: config.name, or the chart's own for config.map; "" for none. */}}
+{{- define "kubegpu.configMapName" -}}
+{{- if .Values.config.name }}
+{{- .Values.config.name }}
+{{- else if .Values.config.map }}
+{{- printf "%s-configs" (include "kubegpu.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* Helpers that answer a yes/no question print "true" or nothing, so `if include ...` reads as it says. */}}
+{{- define "kubegpu.hasConfigMap" -}}
+{{- if include "kubegpu.configMapName" . }}true{{ end }}
+{{- end }}
+
+{{/* NVIDIA's rule: any MIG strategy but none may be in force, whether set here or in a config file. */}}
+{{- define "kubegpu.migPossible" -}}
+{{- if .Values.migStrategy }}
+{{- if ne .Values.migStrategy "none" }}true{{ end }}
+{{- else if include "kubegpu.hasConfigMap" . }}true
+{{- end }}
+{{- end }}
+
+{{/* NVIDIA's rule for SYS_ADMIN: MIG possible, or a device list strategy that may include volume-mounts. */}}
+{{- define "kubegpu.requiresCapSysAdmin" -}}
+{{- if include "kubegpu.migPossible" . }}true
+{{- else if .Values.deviceListStrategy }}
+{{- if contains "volume-mounts" .Values.deviceListStrategy }}true{{ end }}
+{{- else if include "kubegpu.hasConfigMap" . }}true
+{{- end }}
+{{- end }}
+
+{{/* Container security context of the node daemons: the value verbatim, else NVIDIA's rules (kubegpu
+keeps the root filesystem read-only and privilege escalation off wherever NVIDIA drops capabilities). */}}
+{{- define "kubegpu.securityContext" -}}
+{{- if .securityContext }}
+{{- toYaml .securityContext }}
+{{- else if .root.Values.compatWithCPUManager }}
+privileged: true
+{{- else }}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+  {{- if include "kubegpu.requiresCapSysAdmin" .root }}
+  add: [SYS_ADMIN]
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The config-manager, as an init container (oneshot: the first config is in place before
+the daemon starts) or a sidecar (follows the node label and sends the daemon SIGHUP). Env vars are
+NVIDIA's config-manager's. It needs no capabilities: it signals a process of its own uid, never itself.
+Arguments: root, name, oneshot, process (the process to signal; "" for none).
+*/}}
+{{- define "kubegpu.configManager" -}}
+- name: {{ .name }}
+  image: {{ include "kubegpu.image" .root }}
+  imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+  command: [kubegpu, config-manager]
+  env:
+    - name: ONESHOT
+      value: {{ .oneshot | quote }}
+    - name: KUBECONFIG
+      value: ""
+    - name: NODE_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
+    - name: NODE_LABEL
+      value: nvidia.com/device-plugin.config
+    - name: CONFIG_FILE_SRCDIR
+      value: /available-configs
+    - name: CONFIG_FILE_DST
+      value: /config/config.yaml
+    - name: DEFAULT_CONFIG
+      value: {{ .root.Values.config.default | quote }}
+    - name: FALLBACK_STRATEGIES
+      value: {{ join "," .root.Values.config.fallbackStrategies | quote }}
+    - name: SEND_SIGNAL
+      value: {{ ne .process "" | quote }}
+    - name: SIGNAL
+      value: {{ if .process }}"1"{{ else }}""{{ end }}
+    {{- if .process }}
+    # Matched like NVIDIA's, against argv[0] and, for a Python program, its script or `-m` module.
+    {{- end }}
+    - name: PROCESS_TO_SIGNAL
+      value: {{ .process | quote }}
+  securityContext:
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: [ALL]
+  volumeMounts:
+    - name: available-configs
+      mountPath: /available-configs
+    - name: config
+      mountPath: /config
+  {{- with .root.Values.configManager.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/* Pod-level settings shared by the node daemons. */}}
+{{- define "kubegpu.podSpecCommon" -}}
+{{- if .Values.priorityClassName }}
+priorityClassName: {{ .Values.priorityClassName }}
+{{- end }}
+{{- if .Values.runtimeClassName }}
+runtimeClassName: {{ .Values.runtimeClassName }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if include "kubegpu.hasConfigMap" . }}
+serviceAccountName: {{ include "kubegpu.fullname" . }}-service-account
+{{- else }}
+# Nothing here talks to the API server: no token in the pod.
+automountServiceAccountToken: false
+{{- end }}
+{{- end }}
+
+{{- define "kubegpu.scheduling" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "kubegpu.podAnnotations" -}}
+{{- with .Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- if .Values.config.map }}
+# Rolls the pods when the chart's configs change (the sidecar would also pick them up, more slowly).
+checksum/config: {{ .Values.config.map | toJson | sha256sum }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,416 @@
+"""The Helm chart: its values schema, NVIDIA's value names and rules, and what it renders for them."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import (
+    CONFIG_FILES,
+    ROOT,
+    by_kind,
+    containers,
+    env,
+    example_values_files,
+    helmlite,
+    render,
+)
+
+PLUGIN_DS = "kubegpu-device-plugin"
+NVIDIA_TOLERATIONS = [
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+def plugin(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return containers(by_kind(objs, "DaemonSet")[PLUGIN_DS])["kubegpu-device-plugin-ctr"]
+
+
+# ------------------------------------------------------------------------------------------ the schema
+
+
+def test_schema_accepts_the_defaults_and_every_example(chart: helmlite.Chart) -> None:
+    helmlite.validate_values(chart, chart.values)
+    for path in example_values_files():
+        helmlite.validate_values(chart, helmlite.merge_values(chart, [path]))
+    helmlite.validate_values(chart, helmlite.merge_values(chart, set_files=CONFIG_FILES))
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"migStrategey": "mixed"}, "'migStrategey' was unexpected"),  # a typo is an error, not a no-op
+        ({"nfd": {"enabled": False}}, "'nfd' was unexpected"),  # NVIDIA's, not implemented by kubegpu
+        ({"gdsEnabled": True}, "'gdsEnabled' was unexpected"),
+        ({"migStrategy": "both"}, "'both' is not one of"),
+        ({"deviceIDStrategy": "serial"}, "'serial' is not one of"),
+        ({"deviceListStrategy": "envvar,cdi"}, "does not match"),
+        ({"failOnInitError": "false"}, "is not of type 'boolean', 'null'"),
+        ({"config": {"fallbackStrategies": ["first"]}}, "'first' is not one of"),
+        ({"config": {"map": {"a": {"version": "v1"}}}}, "is not of type 'string'"),
+        ({"health": {"port": "8080"}}, "is not of type 'integer', 'null'"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "'Sometimes' is not one of"),
+        ({"nvidiaDriverRoot": "run/nvidia/driver"}, "does not match '^/'"),
+    ],
+)
+def test_schema_rejects_bad_values(chart: helmlite.Chart, values: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(helmlite.TemplateError, match="schema") as err:
+        helmlite.validate_values(chart, helmlite.coalesce(chart.values, values))
+    assert complaint in str(err.value)
+
+
+def test_nvidia_value_names_and_defaults(chart: helmlite.Chart) -> None:
+    v = chart.values
+    # NVIDIA's null defaults: the env var is left out and the plugin's own default applies.
+    for key in ("compatWithCPUManager", "migStrategy", "failOnInitError", "deviceListStrategy"):
+        assert key in v and v[key] is None, key
+    for key in ("deviceIDStrategy", "nvidiaDriverRoot", "nvidiaDevRoot", "runtimeClassName"):
+        assert key in v and v[key] is None, key
+    assert v["config"] == {"name": "", "map": {}, "default": "", "fallbackStrategies": ["named", "single"]}
+    assert v["nodeSelector"] == {} and v["tolerations"] == NVIDIA_TOLERATIONS
+    terms = v["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert [t["matchExpressions"][0]["key"] for t in terms] == [
+        "feature.node.kubernetes.io/pci-10de.present",
+        "feature.node.kubernetes.io/cpu-model.vendor_id",
+        "nvidia.com/gpu.present",
+    ]
+    assert v["priorityClassName"] == "system-node-critical"
+    assert v["updateStrategy"] == {"type": "RollingUpdate"}
+    assert v["gfd"]["enabled"] is False and v["devicePlugin"]["enabled"] is True
+    assert v["mps"]["root"] == "/run/nvidia/mps" and v["mps"]["enableHostPID"] is True
+    assert v["allowDefaultNamespace"] is False
+
+
+# ------------------------------------------------------------------------------ NVIDIA's refusals
+
+
+@pytest.mark.parametrize(
+    ("values", "namespace", "message"),
+    [
+        (
+            {"config": {"name": "x", "map": {"a": "version: v1"}}},
+            "gpu",
+            "Only one of 'config.name' or 'config.map'",
+        ),
+        ({"config": {"map": {"a": "", "b": ""}}}, "gpu", "A default config must be provided"),
+        (
+            {"config": {"map": {"a": "", "b": ""}, "default": "c"}},
+            "gpu",
+            '"c", which is not a key of config.map',
+        ),
+        ({}, "default", "Running in the 'default' namespace is not recommended"),
+    ],
+)
+def test_refused_like_nvidia(
+    chart: helmlite.Chart, values: dict[str, Any], namespace: str, message: str
+) -> None:
+    with pytest.raises(helmlite.TemplateError, match=message):
+        render(chart, values, namespace=namespace)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"config": {"map": {"a": "", "b": ""}, "fallbackStrategies": ["empty"]}},
+        {"config": {"map": {"a": "", "default": ""}}},  # named
+        {"config": {"map": {"only": ""}}},  # single
+        {"config": {"map": {"a": "", "b": ""}, "default": "b"}},
+    ],
+)
+def test_a_default_config_is_found(chart: helmlite.Chart, values: dict[str, Any]) -> None:
+    assert by_kind(render(chart, values), "ConfigMap")
+
+
+def test_default_namespace_allowed_on_request(chart: helmlite.Chart) -> None:
+    assert render(chart, {"allowDefaultNamespace": True}, namespace="default")
+
+
+# --------------------------------------------------------------------------- what the values become
+
+
+def test_defaults_render_the_plugin_alone_on_gpu_nodes(chart: helmlite.Chart) -> None:
+    objs = render(chart)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [("DaemonSet", PLUGIN_DS)]
+    ds = objs[0]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["tolerations"] == NVIDIA_TOLERATIONS
+    assert spec["affinity"] == chart.values["affinity"]
+    assert spec["automountServiceAccountToken"] is False  # nothing in it calls the API server
+    assert [v["name"] for v in spec["volumes"]] == ["kubelet-device-plugins-dir"]
+    assert spec["volumes"][0]["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    ctr = plugin(objs)
+    assert ctr["command"] == ["kubegpu", "plugin"]
+    assert env(ctr) == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+    assert ctr["resources"]["limits"] and ctr["resources"]["requests"]
+    assert ctr["livenessProbe"]["exec"] and ctr["readinessProbe"]["exec"]
+    assert (
+        ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"migStrategy": "none"}, {"MIG_STRATEGY": "none"}),
+        ({"migStrategy": "mixed"}, {"MIG_STRATEGY": "mixed", "NVIDIA_MIG_MONITOR_DEVICES": "all"}),
+        ({"failOnInitError": False}, {"FAIL_ON_INIT_ERROR": "false"}),
+        ({"compatWithCPUManager": True}, {"PASS_DEVICE_SPECS": "true"}),
+        ({"compatWithCPUManager": False}, {"PASS_DEVICE_SPECS": "false"}),
+        ({"deviceListStrategy": "volume-mounts"}, {"DEVICE_LIST_STRATEGY": "volume-mounts"}),
+        ({"deviceIDStrategy": "index"}, {"DEVICE_ID_STRATEGY": "index"}),
+        ({"nvidiaDriverRoot": "/run/nvidia/driver"}, {"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver"}),
+        ({"nvidiaDevRoot": "/"}, {"NVIDIA_DEV_ROOT": "/"}),
+        ({"health": {"port": 8080}}, {"KUBEGPU_HEALTH_PORT": "8080"}),
+    ],
+)
+def test_values_become_the_plugins_env_vars(
+    chart: helmlite.Chart, values: dict[str, Any], expected: dict[str, str]
+) -> None:
+    got = env(plugin(render(chart, values)))
+    got.pop("NVIDIA_VISIBLE_DEVICES")
+    got.pop("NVIDIA_DRIVER_CAPABILITIES")
+    assert got == expected
+
+
+def test_every_env_var_of_the_plugin_means_something_to_it(chart: helmlite.Chart) -> None:
+    from kubegpu.config import FLAGS
+
+    known = {e for spec in FLAGS for e in spec.envvars}
+    # Read by the NVIDIA container runtime, not the plugin; KUBEGPU_HEALTH_PORT is pending (issue 5).
+    known |= {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_MONITOR_DEVICES"}
+    known |= {"KUBEGPU_HEALTH_PORT"}
+    everything = {
+        "migStrategy": "mixed",
+        "failOnInitError": True,
+        "compatWithCPUManager": True,
+        "deviceListStrategy": "envvar",
+        "deviceIDStrategy": "uuid",
+        "nvidiaDriverRoot": "/run/nvidia/driver",
+        "nvidiaDevRoot": "/",
+        "health": {"port": 8080},
+    }
+    used = set(env(plugin(render(chart, everything, set_files=CONFIG_FILES))))
+    assert used - known == set()
+
+
+def test_driver_root_is_mounted_read_only(chart: helmlite.Chart) -> None:
+    objs = render(chart, {"nvidiaDriverRoot": "/run/nvidia/driver"})
+    ctr = plugin(objs)
+    assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True} in ctr["volumeMounts"]
+    volumes = by_kind(objs, "DaemonSet")[PLUGIN_DS]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "driver-root", "hostPath": {"path": "/run/nvidia/driver", "type": "Directory"}} in volumes
+
+
+LOCKED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True}
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({}, {**LOCKED, "capabilities": {"drop": ["ALL"]}}),
+        ({"compatWithCPUManager": True}, {"privileged": True}),
+        ({"migStrategy": "single"}, {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}),
+        ({"migStrategy": "none"}, {**LOCKED, "capabilities": {"drop": ["ALL"]}}),
+        (
+            {"deviceListStrategy": "envvar,volume-mounts"},
+            {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}},
+        ),
+        ({"config": {"name": "cm"}}, {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}),
+        (
+            {"config": {"name": "cm"}, "migStrategy": "none", "deviceListStrategy": "envvar"},
+            {**LOCKED, "capabilities": {"drop": ["ALL"]}},
+        ),
+        ({"securityContext": {"runAsNonRoot": False}}, {"runAsNonRoot": False}),  # verbatim wins
+    ],
+)
+def test_security_context_follows_nvidias_rules(
+    chart: helmlite.Chart, values: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert plugin(render(chart, values))["securityContext"] == expected
+
+
+def test_a_config_map_brings_config_manager_rbac_and_the_mps_daemon(chart: helmlite.Chart) -> None:
+    objs = render(chart, {"gfd": {"enabled": True}}, set_files=CONFIG_FILES)
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
+    assert kinds == [
+        ("ClusterRole", "kubegpu-role"),
+        ("ClusterRoleBinding", "kubegpu-role-binding"),
+        ("ConfigMap", "kubegpu-configs"),
+        ("DaemonSet", "kubegpu-device-plugin"),
+        ("DaemonSet", "kubegpu-labels"),
+        ("DaemonSet", "kubegpu-mps-control-daemon"),
+        ("ServiceAccount", "kubegpu-service-account"),
+    ]
+    configmap = by_kind(objs, "ConfigMap")["kubegpu-configs"]
+    assert configmap["data"] == {
+        name.removeprefix("config.map."): p.read_text() for name, p in CONFIG_FILES.items()
+    }
+    for name, ds in by_kind(objs, "DaemonSet").items():
+        spec = ds["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == "kubegpu-service-account", name
+        init = [c for c in spec["initContainers"] if c["command"][1:] == ["config-manager"]]
+        sidecars = [c for c in spec["containers"] if c["command"][1:] == ["config-manager"]]
+        assert len(init) == len(sidecars) == 1, name
+        assert env(init[0])["ONESHOT"] == "true" and env(init[0])["SEND_SIGNAL"] == "false"
+        assert env(sidecars[0])["ONESHOT"] == "false" and env(sidecars[0])["SIGNAL"] == "1"
+        assert env(sidecars[0])["NODE_LABEL"] == "nvidia.com/device-plugin.config"
+        assert env(sidecars[0])["FALLBACK_STRATEGIES"] == "named,single"
+        assert {"name": "available-configs", "configMap": {"name": "kubegpu-configs"}} in spec["volumes"]
+        # The chart's configs roll the pods when they change.
+        assert len(ds["spec"]["template"]["metadata"]["annotations"]["checksum/config"]) == 64
+    mps = by_kind(objs, "DaemonSet")["kubegpu-mps-control-daemon"]["spec"]["template"]["spec"]
+    assert mps["nodeSelector"] == {"nvidia.com/mps.capable": "true"}
+    assert mps["hostPID"] is True and "shareProcessNamespace" not in mps
+    assert env(plugin(objs))["CONFIG_FILE"] == "/config/config.yaml"
+
+
+def test_an_external_config_map_is_referenced_not_created(chart: helmlite.Chart) -> None:
+    objs = render(chart, {"config": {"name": "kubegpu-configs", "default": "default"}})
+    assert not by_kind(objs, "ConfigMap")
+    volumes = by_kind(objs, "DaemonSet")[PLUGIN_DS]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "available-configs", "configMap": {"name": "kubegpu-configs"}} in volumes
+    assert "annotations" not in by_kind(objs, "DaemonSet")[PLUGIN_DS]["spec"]["template"]["metadata"]
+
+
+def test_health_port_switches_the_probes_to_http(chart: helmlite.Chart) -> None:
+    ctr = plugin(render(chart, {"health": {"port": 8080}}))
+    assert ctr["ports"] == [{"name": "health", "containerPort": 8080}]
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True} in ctr[
+        "volumeMounts"
+    ]
+
+
+def test_runtime_class_is_created_on_request_and_kept_on_uninstall(chart: helmlite.Chart) -> None:
+    assert not by_kind(render(chart), "RuntimeClass")
+    rc = by_kind(render(chart, {"runtimeClass": {"create": True}}), "RuntimeClass")["nvidia"]
+    assert rc["handler"] == "nvidia"
+    assert rc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_names_follow_the_release(chart: helmlite.Chart) -> None:
+    objs = render(chart, {"fullnameOverride": "gpu"})
+    assert set(by_kind(objs, "DaemonSet")) == {"gpu-device-plugin"}
+    merged = helmlite.merge_values(chart)
+    other = helmlite.render(chart, merged, "prod", "gpu")
+    assert other[0].obj["metadata"]["name"] == "prod-kubegpu-device-plugin"
+
+
+# ------------------------------------------------------------------------------------ node selection
+
+
+def _term_matches(term: dict[str, Any], labels: dict[str, str]) -> bool:
+    for expr in term.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def schedulable_on(pod_spec: dict[str, Any], labels: dict[str, str]) -> bool:
+    if not pod_spec.get("nodeSelector", {}).items() <= labels.items():
+        return False
+    required = pod_spec.get("affinity", {}).get("nodeAffinity", {})
+    terms = required.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms")
+    return terms is None or any(_term_matches(t, labels) for t in terms)
+
+
+@pytest.mark.parametrize(
+    ("labels", "lands"),
+    [
+        ({"nvidia.com/gpu.present": "true"}, True),  # labelled by hand, or by kubegpu labels / GFD
+        ({"feature.node.kubernetes.io/pci-10de.present": "true"}, True),  # NFD saw an NVIDIA PCI device
+        ({"feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA"}, True),  # NFD on Tegra
+        ({"kubernetes.io/os": "linux"}, False),  # fault 4: a GPU-less node never gets the plugin
+        ({"nvidia.com/gpu.present": "false"}, False),
+    ],
+)
+def test_the_daemonsets_only_land_on_gpu_nodes(
+    chart: helmlite.Chart, labels: dict[str, str], lands: bool
+) -> None:
+    objs = render(chart, {"gfd": {"enabled": True}}, set_files=CONFIG_FILES)
+    for name, ds in by_kind(objs, "DaemonSet").items():
+        spec = ds["spec"]["template"]["spec"]
+        if name.endswith("mps-control-daemon"):
+            labels = {**labels, "nvidia.com/mps.capable": "true"}  # and only on MPS nodes
+        assert schedulable_on(spec, labels) is lands, name
+
+
+# ------------------------------------------------------------------------- the probe used until issue 5
+
+
+def _probe_code(chart: helmlite.Chart, directory: Path) -> str:
+    cmd = plugin(render(chart))["livenessProbe"]["exec"]["command"]
+    assert cmd[:2] == ["python", "-c"] and cmd == plugin(render(chart))["readinessProbe"]["exec"]["command"]
+    return cmd[2].replace("/var/lib/kubelet/device-plugins", str(directory))
+
+
+def test_socket_probe(chart: helmlite.Chart) -> None:
+    # A short directory: AF_UNIX socket paths are limited to 107 bytes, and pytest's tmp_path can be longer.
+    with tempfile.TemporaryDirectory(prefix="kg-probe-") as tmp:
+        _check_socket_probe(chart, Path(tmp))
+
+
+def _check_socket_probe(chart: helmlite.Chart, directory: Path) -> None:
+    code = _probe_code(chart, directory)
+
+    def probe() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+
+    nothing = probe()
+    assert nothing.returncode == 1 and "no nvidia-*.sock" in nothing.stderr
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(directory / "nvidia-gpu.sock"))
+    server.listen()
+    (directory / "kubelet.sock").touch()  # not ours: ignored
+    try:
+        assert probe().returncode == 0
+    finally:
+        server.close()
+    stale = probe()  # the file is left behind by a killed plugin: nobody answers
+    assert stale.returncode == 1 and "ConnectionRefusedError" in stale.stderr
+
+
+def test_example_values_render(chart: helmlite.Chart) -> None:
+    for path in example_values_files():
+        assert render(chart, files=[path]), path.name
+    assert yaml.safe_load((ROOT / "deployments/helm/examples/values-sharing.yaml").read_text())["gfd"][
+        "enabled"
+    ]
+
+
+def test_install_notes_render(chart: helmlite.Chart) -> None:
+    """NOTES.txt (printed by helm install; helm template skips it, and so does render()) renders too."""
+    _, defines = chart.parsed()
+    source = (chart.path / "templates/NOTES.txt").read_text()
+    for values, expect in (
+        ({}, "rollout status ds/kubegpu-device-plugin"),
+        ({"config": {"name": "cm"}}, "cm"),
+    ):
+        merged = helmlite.coalesce(chart.values, values)
+        top = {
+            "Values": merged,
+            "Release": {"Name": "kubegpu", "Namespace": "gpu"},
+            "Chart": {"Name": "kubegpu", "AppVersion": "0.1.0", "Version": "0.1.0"},
+        }
+        nodes = helmlite._parse(source, "templates/NOTES.txt", dict(defines))
+        text = helmlite.Renderer(defines).run(nodes, top, helmlite._Scope(top))
+        assert expect in text and "kubectl -n gpu" in text
