@@ -115,6 +115,7 @@ def main() -> int:
     interruptible()  # also gives the benchmarks a working SIGINT: an ignored one would be inherited
     plan = {
         "allocate_latency": ["--rounds", str(args.rounds), "--batch", "250"],
+        "preferred_bench": ["--rounds", "10", "--batch", "20", "--requests", "240", "--jobs", "400"],
         "restart_recovery": ["--restarts", str(args.restarts)],
         "xid_latency": ["--injections", str(args.injections)],
         "cold_start": ["--runs", str(args.runs)],

@@ -4,8 +4,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.allocate import AllocateOptions, AllocationRequestError, allocate_container, validate_request
-from kubegpu.resources import build_resources
+from kubegpu.allocate import (
+    DEVICE_ID_STRATEGIES,
+    DEVICE_LIST_STRATEGIES,
+    AllocateOptions,
+    AllocationRequestError,
+    allocate_container,
+    validate_request,
+)
+from kubegpu.driver import MODES
+from kubegpu.inventory import Health
+from kubegpu.resources import Device, Resource, build_resources
 from tests.builders import gpu_uuid, make_inventory
 
 RESOURCE = build_resources(make_inventory(8))[0]
@@ -90,3 +99,182 @@ def test_validation_never_crashes_and_accepts_only_clean_requests(ids: list[str]
         assert ids and len(set(ids)) == len(ids) and all(RESOURCE.device(i) for i in ids)
         out = allocate_container(RESOURCE, ids, AllocateOptions())
         assert out.envs["NVIDIA_VISIBLE_DEVICES"].split(",") == ids
+
+
+# -- device-list strategies, their combinations and NVIDIA's order (spec §4 step 3) --------------------
+
+GPU = "k8s.device-plugin.nvidia.com/gpu="
+TWO = [gpu_uuid(3), gpu_uuid(1)]
+
+
+def cdi_options(*strategies: str, **kw: object) -> AllocateOptions:
+    return AllocateOptions(device_list_strategies=strategies, response_id=lambda: "fixed-id", **kw)  # type: ignore[arg-type]
+
+
+def test_cdi_annotations_only() -> None:
+    out = allocate_container(RESOURCE, TWO, cdi_options("cdi-annotations", pass_device_specs=True))
+    assert out.annotations == {
+        "cdi.k8s.io/nvidia-device-plugin_fixed-id": f"{GPU}{gpu_uuid(3)},{GPU}{gpu_uuid(1)}"
+    }
+    # CDI only: no NVIDIA_VISIBLE_DEVICES, mounts or device specs, even with passDeviceSpecs.
+    assert out.envs == {} and out.mounts == [] and out.devices == [] and out.cdi_devices == []
+
+
+def test_cdi_cri_only_with_index_ids() -> None:
+    out = allocate_container(RESOURCE, TWO, cdi_options("cdi-cri", device_id_strategy="index"))
+    assert out.cdi_devices == [f"{GPU}3", f"{GPU}1"] and out.annotations == {} and out.envs == {}
+
+
+def test_annotation_key_is_random_per_response_and_takes_a_custom_prefix() -> None:
+    options = AllocateOptions(
+        device_list_strategies=("cdi-annotations",), cdi_annotation_prefix="nvidia.cdi.k8s.io/"
+    )
+    keys = [next(iter(allocate_container(RESOURCE, TWO, options).annotations)) for _ in range(2)]
+    assert keys[0] != keys[1]
+    for key in keys:
+        prefix, _, response_id = key.partition("nvidia-device-plugin_")
+        assert prefix == "nvidia.cdi.k8s.io/" and len(response_id) == 36  # a UUID
+        assert len(key.split("/", 1)[1]) <= 63  # the CDI library's limit on the name part
+
+
+def test_envvar_with_cdi_keeps_both() -> None:
+    out = allocate_container(RESOURCE, TWO, cdi_options("envvar", "cdi-annotations", "cdi-cri"))
+    assert out.envs == {"NVIDIA_VISIBLE_DEVICES": f"{gpu_uuid(3)},{gpu_uuid(1)}"}
+    assert len(out.annotations) == 1 and len(out.cdi_devices) == 2
+
+
+def test_volume_mounts_override_envvar() -> None:
+    out = allocate_container(RESOURCE, TWO, cdi_options("envvar", "volume-mounts"))
+    assert out.envs == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
+    assert [m.container_path for m in out.mounts] == [
+        f"/var/run/nvidia-container-devices/{gpu_uuid(3)}",
+        f"/var/run/nvidia-container-devices/{gpu_uuid(1)}",
+    ]
+
+
+def test_mode_envs_are_set_with_cdi_only_and_named_only_when_their_spec_is_not_empty() -> None:
+    options = cdi_options(
+        "cdi-cri", enabled_modes=("gdrcopy", "gds", "mofed"), cdi_modes=("mofed", "gdrcopy")
+    )
+    out = allocate_container(RESOURCE, [gpu_uuid(0)], options)
+    assert out.envs == {"NVIDIA_GDRCOPY": "enabled", "NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "enabled"}
+    assert out.cdi_devices == [  # GPUs, then modes in NVIDIA's order (gds has no devices on this node)
+        f"{GPU}{gpu_uuid(0)}",
+        "k8s.device-plugin.nvidia.com/gdrcopy=all",
+        "k8s.device-plugin.nvidia.com/mofed=all",
+    ]
+
+
+def test_imex_channel_in_every_strategy() -> None:
+    options = cdi_options(
+        "envvar", "volume-mounts", "cdi-cri", imex_channels=("0",), pass_device_specs=True, dev_root="/run/d"
+    )
+    out = allocate_container(RESOURCE, [gpu_uuid(2)], options)
+    assert out.cdi_devices == [f"{GPU}{gpu_uuid(2)}", "k8s.device-plugin.nvidia.com/imex-channel=0"]
+    assert out.envs["NVIDIA_IMEX_CHANNELS"] == "0"
+    assert [m.container_path for m in out.mounts][-1] == "/var/run/nvidia-container-devices/imex/0"
+    assert (out.devices[-1].container_path, out.devices[-1].host_path) == (
+        "/dev/nvidia-caps-imex-channels/channel0",
+        "/run/d/dev/nvidia-caps-imex-channels/channel0",
+    )
+
+
+def test_mig_index_ids_and_replicas_deduplicated() -> None:
+    mig = Resource(
+        "nvidia.com/mig-1g.5gb",
+        tuple(
+            Device(f"MIG-{m}::{r}", f"MIG-{m}", f"0:{m}", 0, Health.ok(), 0, ("/dev/nvidia0",))
+            for m in range(2)
+            for r in range(2)
+        ),
+        sharing="time-slicing",
+    )
+    ids = ["MIG-1::0", "MIG-1::1", "MIG-0::1"]
+    assert allocate_container(mig, ids, cdi_options("cdi-cri", device_id_strategy="index")).cdi_devices == [
+        f"{GPU}0:1",
+        f"{GPU}0:0",
+    ]
+    assert allocate_container(mig, ids, cdi_options("envvar")).envs["NVIDIA_VISIBLE_DEVICES"] == "MIG-1,MIG-0"
+
+
+def shared(kind: str, fail_greater_than_one: bool) -> Resource:
+    devices = tuple(
+        Device(f"{gpu_uuid(0)}::{r}", gpu_uuid(0), "0", 0, Health.ok(), 0, ("/dev/nvidia0",))
+        for r in range(4)
+    )
+    return Resource(
+        "nvidia.com/gpu", devices, sharing=kind, fail_requests_greater_than_one=fail_greater_than_one
+    )
+
+
+def test_mps_env_and_mounts_come_before_the_device_list_mounts() -> None:
+    resource = shared("mps", True)
+    options = cdi_options("volume-mounts", mps_root="/run/nvidia/mps")
+    out = allocate_container(resource, [f"{gpu_uuid(0)}::2"], options)
+    assert out.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+    assert [(m.container_path, m.host_path) for m in out.mounts] == [
+        ("/mps/nvidia.com/gpu/pipe", "/run/nvidia/mps/nvidia.com/gpu/pipe"),
+        ("/dev/shm", "/run/nvidia/mps/shm"),
+        (f"/var/run/nvidia-container-devices/{gpu_uuid(0)}", "/dev/null"),
+    ]
+
+
+def test_shared_request_over_one_has_nvidias_text() -> None:
+    ids = [f"{gpu_uuid(0)}::0", f"{gpu_uuid(0)}::1"]
+    with pytest.raises(AllocationRequestError) as err:
+        validate_request(shared("mps", True), ids)
+    assert str(err.value) == (
+        'invalid allocation request for "nvidia.com/gpu": invalid request: '
+        "maximum request size for shared resources is 1; found 2"
+    )
+    assert err.value.nvidia_compatible
+    validate_request(shared("time-slicing", False), ids)  # time-slicing allows it by default
+
+
+strategy_sets = st.lists(st.sampled_from(DEVICE_LIST_STRATEGIES), min_size=1, max_size=4, unique=True)
+
+
+@given(
+    strategy_sets,
+    st.sampled_from(DEVICE_ID_STRATEGIES),
+    st.lists(known, min_size=1, max_size=8, unique=True),
+    st.lists(st.sampled_from(MODES), unique=True),
+    st.sampled_from([(), ("0",)]),
+    st.booleans(),
+)
+def test_every_combination_follows_nvidias_rules(
+    strategies: list[str],
+    id_strategy: str,
+    ids: list[str],
+    modes: list[str],
+    channels: tuple[str, ...],
+    specs: bool,
+) -> None:
+    options = cdi_options(
+        *strategies,
+        device_id_strategy=id_strategy,
+        enabled_modes=tuple(modes),
+        cdi_modes=tuple(modes),
+        imex_channels=channels,
+        pass_device_specs=specs,
+    )
+    out = allocate_container(RESOURCE, ids, options)
+    runtime_ids = [RESOURCE.device(i).index if id_strategy == "index" else i for i in ids]  # type: ignore[union-attr]
+    names = [f"{GPU}{i}" for i in runtime_ids]
+    names += [f"k8s.device-plugin.nvidia.com/imex-channel={c}" for c in channels]
+    names += [f"k8s.device-plugin.nvidia.com/{m}=all" for m in MODES if m in modes]
+    cdi_only = all(s.startswith("cdi-") for s in strategies)
+    assert out.cdi_devices == (names if "cdi-cri" in strategies else [])
+    assert list(out.annotations.values()) == ([",".join(names)] if "cdi-annotations" in strategies else [])
+    for mode in MODES:
+        assert (out.envs.get(f"NVIDIA_{mode.upper()}") == "enabled") == (mode in modes)
+    visible = out.envs.get("NVIDIA_VISIBLE_DEVICES")
+    if cdi_only:
+        assert visible is None and out.mounts == [] and out.devices == []
+    elif "volume-mounts" in strategies:
+        assert visible == "/var/run/nvidia-container-devices"
+        assert len(out.mounts) == len(runtime_ids) + len(channels)
+    else:
+        assert visible == ",".join(runtime_ids)
+    assert ("NVIDIA_IMEX_CHANNELS" in out.envs) == bool(channels and "envvar" in strategies and not cdi_only)
+    assert len(out.devices) == (0 if cdi_only or not specs else len(ids) + len(channels))

@@ -1,15 +1,32 @@
+"""GetPreferredAllocation: the exact search against the exhaustive oracle, tie-breaks, lost GPUs, replicas."""
+
 from __future__ import annotations
 
 import itertools
+import logging
+import random
+from collections.abc import Callable
+from functools import cache
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubegpu.inventory import Inventory
-from kubegpu.preferred import PreferredAllocationError, preferred_devices, set_score
-from kubegpu.resources import build_resources
-from tests.builders import gpu_uuid, make_inventory
+from kubegpu.discovery import discover, nvml_session
+from kubegpu.inventory import GpuLink, Health, Inventory, LinkLevel
+from kubegpu.nvml import load_nvml
+from kubegpu.preferred import (
+    NOT_ENOUGH_DEVICES,
+    PreferredAllocationError,
+    best_set,
+    exhaustive_best_set,
+    greedy_devices,
+    pair_score,
+    preferred_devices,
+    set_score,
+)
+from kubegpu.resources import Device, Resource, build_resources
+from tests.builders import gpu_uuid, make_gpus, make_inventory
 
 # DGX-1 (V100) hybrid cube mesh: direct NVLink lane counts.
 DGX1 = {
@@ -18,12 +35,115 @@ DGX1 = {
 }  # fmt: skip
 
 
-def _choose(inventory: Inventory, available: list[int], must: list[int], size: int) -> list[int]:
-    resource = build_resources(inventory)[0]
-    ids = preferred_devices(
-        resource, inventory.link_map(), [gpu_uuid(i) for i in available], [gpu_uuid(i) for i in must], size
+@cache
+def profile(name: str) -> Inventory:
+    """The real discovery code on a fake node profile: the links a node of that kind reports."""
+    backend = load_nvml({"KUBEGPU_FAKE_NVML": name})
+    with nvml_session(backend.nvml):
+        return discover(backend)
+
+
+def dgx1_with_numa() -> Inventory:
+    """DGX-1 lanes on top of its PCIe layout: GPUs 0-3 on CPU 0, 4-7 on CPU 1."""
+    inventory = make_inventory(8, DGX1)
+    links = tuple(
+        GpuLink(x.a, x.b, LinkLevel.NODE if x.a // 4 == x.b // 4 else LinkLevel.SYSTEM, x.nvlinks)
+        for x in inventory.links
     )
-    return [int(i.split("-")[-1], 16) for i in ids]
+    return Inventory(gpus=inventory.gpus, links=links)
+
+
+def generated_16(seed: int) -> Inventory:
+    """A 16-GPU node: two 8-GPU NVLink boards (random lane counts) joined over PCIe, or a random mix."""
+    rng = random.Random(seed)
+    links = []
+    for a, b in itertools.combinations(range(16), 2):
+        same_board = a // 8 == b // 8
+        level = (
+            rng.choice(list(LinkLevel)) if seed % 2 else (LinkLevel.NODE if same_board else LinkLevel.SYSTEM)
+        )
+        lanes = rng.choice([0, 0, 1, 2, 4, 12]) if seed % 2 or same_board else 0
+        links.append(GpuLink(a, b, level, lanes))
+    return Inventory(gpus=make_gpus(16), links=tuple(links))
+
+
+TOPOLOGIES = {
+    "dgx1": dgx1_with_numa,
+    "dgx-a100": lambda: profile("dgx-a100"),
+    "hgx-h100": lambda: profile("hgx-h100"),
+    "t4-pcie": lambda: profile("t4-pcie"),
+    "generated-16-boards": lambda: generated_16(0),
+    "generated-16-mixed": lambda: generated_16(1),
+}
+
+
+def _score(inventory: Inventory) -> Callable[[int, int], int]:
+    links = inventory.link_map()
+    return lambda a, b: pair_score(links.get((a, b)))
+
+
+def _choose(inventory: Inventory, available: list[int], must: list[int], size: int, **kw: str) -> list[int]:
+    resource = build_resources(inventory)[0]
+    uuids = {g.index: g.uuid for g in inventory.gpus}
+    ids = preferred_devices(
+        resource, inventory.link_map(), [uuids[i] for i in available], [uuids[i] for i in must], size, **kw
+    )
+    index = {g.uuid: g.index for g in inventory.gpus}
+    return [index[i] for i in ids]
+
+
+def _oracle(inventory: Inventory, available: list[int], must: list[int], size: int) -> list[int]:
+    candidates = sorted(set(available) - set(must))
+    return sorted([*must, *exhaustive_best_set(_score(inventory), must, candidates, size - len(must))])
+
+
+@pytest.mark.parametrize("name", ["dgx1", "dgx-a100", "hgx-h100", "t4-pcie", "generated-16-boards"])
+def test_every_size_on_a_free_node_is_the_oracles_set(name: str) -> None:
+    inventory = TOPOLOGIES[name]()
+    gpus = [g.index for g in inventory.gpus]
+    for size in range(1, len(gpus) + 1):
+        assert sorted(_choose(inventory, gpus, [], size)) == _oracle(inventory, gpus, [], size), size
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(TOPOLOGIES)), st.data())
+def test_optimal_and_same_tie_break_as_the_oracle_with_random_masks(name: str, data: st.DataObject) -> None:
+    inventory = TOPOLOGIES[name]()
+    gpus = [g.index for g in inventory.gpus]
+    # Up to 12 GPUs free on the 16-GPU nodes: the oracle must stay fast enough for a unit test.
+    available = data.draw(
+        st.lists(st.sampled_from(gpus), min_size=1, max_size=min(len(gpus), 12), unique=True)
+    )
+    size = data.draw(st.integers(1, len(available)))
+    must = data.draw(st.lists(st.sampled_from(available), max_size=size, unique=True))
+    chosen = _choose(inventory, available, must, size)
+    assert chosen[: len(must)] == must  # must-include devices first
+    assert len(chosen) == size and set(chosen) <= set(available)
+    links = inventory.link_map()
+    best = max(
+        set_score(list(c), links) for c in itertools.combinations(available, size) if set(must) <= set(c)
+    )
+    assert set_score(chosen, links) == best  # the best score there is
+    assert sorted(chosen) == _oracle(inventory, available, must, size)  # and the same tie-break
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(st.integers(0, 1900), min_size=120, max_size=120),
+    st.lists(st.integers(0, 15), max_size=4, unique=True),
+    st.integers(1, 12),
+)
+def test_best_set_matches_the_oracle_on_arbitrary_16_gpu_weights(
+    weights: list[int], must: list[int], extra: int
+) -> None:
+    pairs = dict(zip(itertools.combinations(range(16), 2), weights, strict=True))
+
+    def score(a: int, b: int) -> int:
+        return pairs[(min(a, b), max(a, b))]
+
+    candidates = [i for i in range(16) if i not in must]
+    needed = max(0, min(extra, len(candidates)) - len(must))  # 0: nothing to add
+    assert best_set(score, must, candidates, needed) == exhaustive_best_set(score, must, candidates, needed)
 
 
 def test_pair_on_dgx1_is_a_double_nvlink() -> None:
@@ -36,20 +156,24 @@ def test_must_include_comes_first() -> None:
     assert chosen[0] == 5 and tuple(sorted(chosen)) in {(1, 5), (5, 6)}
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.data())
-def test_optimal_against_exhaustive_oracle_on_dgx1(data: st.DataObject) -> None:
-    inventory = make_inventory(8, DGX1)
-    links = inventory.link_map()
-    available = data.draw(st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True))
-    size = data.draw(st.integers(1, len(available)))
-    must = data.draw(st.lists(st.sampled_from(available), max_size=size, unique=True))
-    chosen = _choose(inventory, available, must, size)
-    assert len(chosen) == size and set(must) <= set(chosen) and set(chosen) <= set(available)
-    best = max(
-        set_score(list(c), links) for c in itertools.combinations(available, size) if set(must) <= set(c)
+def test_one_gpu_on_t4_keeps_the_switch_pair_free() -> None:
+    # GPUs 0-1 share a PCIe switch; 2 and 3 do not. NVIDIA takes GPU 0 and splits the pair; we take GPU 2,
+    # leaving {0, 1, 3} (score 70) rather than {1, 2, 3} (40), so a later 2-GPU pod still gets the switch.
+    inventory = profile("t4-pcie")
+    assert _choose(inventory, [0, 1, 2, 3], [], 1) == [2]
+    assert sorted(_choose(inventory, [0, 1, 3], [], 2)) == [0, 1]
+
+
+def test_equal_sets_go_to_the_lowest_indices() -> None:
+    inventory = make_inventory(6)  # every pair SYSTEM, no NVLink: every set and leftover ties
+    assert sorted(_choose(inventory, [5, 3, 1, 4], [], 2)) == [1, 3]
+
+
+def test_whole_gpus_ignore_the_shared_policy() -> None:
+    inventory = dgx1_with_numa()
+    assert _choose(inventory, list(range(8)), [], 3, policy="packed") == _choose(
+        inventory, list(range(8)), [], 3
     )
-    assert set_score(chosen, links) == best
 
 
 def test_errors() -> None:
@@ -57,14 +181,118 @@ def test_errors() -> None:
     resource = build_resources(inventory)[0]
     with pytest.raises(PreferredAllocationError, match="unknown device"):
         preferred_devices(resource, {}, ["GPU-x"], [], 1)
-    with pytest.raises(PreferredAllocationError, match="not enough available devices"):
+    with pytest.raises(PreferredAllocationError, match=f"^{NOT_ENOUGH_DEVICES}$"):
         preferred_devices(resource, {}, [gpu_uuid(0)], [], 2)
     with pytest.raises(PreferredAllocationError, match="must be positive"):
         preferred_devices(resource, {}, [gpu_uuid(0)], [], 0)
 
 
-def test_gpu_without_link_information_does_not_fail() -> None:
+def test_gpu_without_link_information_does_not_fail(caplog: pytest.LogCaptureFixture) -> None:
     inventory = make_inventory(4, {(0, 1): 4})
     inventory = Inventory(gpus=inventory.gpus, links=tuple(x for x in inventory.links if 3 not in (x.a, x.b)))
-    assert sorted(_choose(inventory, [0, 1, 2, 3], [3], 2)) in ([0, 3], [1, 3], [2, 3])
-    assert sorted(_choose(inventory, [0, 1, 2, 3], [], 2)) == [0, 1]
+    with caplog.at_level(logging.WARNING, logger="kubegpu.preferred"):
+        assert sorted(_choose(inventory, [0, 1, 2, 3], [3], 2)) in ([0, 3], [1, 3], [2, 3])
+        assert sorted(_choose(inventory, [0, 1, 2, 3], [], 2)) == [0, 1]
+    warnings = [r.getMessage() for r in caplog.records if "no link information" in r.getMessage()]
+    assert len(warnings) == 1 and "[3]" in warnings[0]  # once per distinct set of GPUs, not per request
+
+
+def test_lost_gpu_with_no_links_at_all_still_allocates() -> None:
+    inventory = Inventory(gpus=make_gpus(8), links=())  # e.g. every link read failed after an XID 79
+    assert sorted(_choose(inventory, list(range(8)), [], 3)) == [0, 1, 2]
+
+
+def test_more_than_16_gpus_runs_with_a_budget_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    rng = random.Random(7)
+    pairs = {p: rng.randint(0, 500) for p in itertools.combinations(range(24), 2)}
+
+    def score(a: int, b: int) -> int:
+        return pairs[(min(a, b), max(a, b))]
+
+    with caplog.at_level(logging.WARNING, logger="kubegpu.preferred"):
+        chosen = best_set(score, [], list(range(24)), 10, node_budget=3)
+    assert len(chosen) == 10 and len(set(chosen)) == 10
+    assert "not proven optimal" in caplog.text
+
+
+# -- replicas and MIG: NVIDIA's greedy policy ----------------------------------------------------------
+
+
+def replicas(per_gpu: int, gpus: int = 3) -> Resource:
+    return Resource(
+        "nvidia.com/gpu",
+        tuple(
+            Device(f"{gpu_uuid(g)}::{r}", gpu_uuid(g), str(g), g, Health.ok(), 0, (f"/dev/nvidia{g}",))
+            for g in range(gpus)
+            for r in range(per_gpu)
+        ),
+    )
+
+
+def _gpus_of(ids: list[str]) -> list[int]:
+    return [int(i.split("::")[0].split("-")[-1], 16) for i in ids]
+
+
+def test_distributed_spreads_and_packed_fills() -> None:
+    resource = replicas(4)
+    free = [d.id for d in resource.devices]
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 3)) == [0, 1, 2]
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 3, policy="packed")) == [0, 0, 0]
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 3, policy="bogus")) == [0, 1, 2]
+
+
+def test_distributed_prefers_the_least_used_gpu_and_packed_the_most_used() -> None:
+    resource = replicas(4)
+    # GPU 0 has 3 replicas in use, GPU 1 one, GPU 2 none.
+    free = [d.id for d in resource.devices if d.id not in {f"{gpu_uuid(0)}::{r}" for r in range(3)}]
+    free.remove(f"{gpu_uuid(1)}::0")
+    # After one pick GPUs 1 and 2 both have one in use: the tie goes to the GPU not yet picked from [v0.20].
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 2)) == [2, 1]
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 3)) == [2, 1, 2]
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 2, policy="packed")) == [0, 1]
+
+
+def test_required_replicas_come_first_and_count_as_allocated() -> None:
+    resource = replicas(2, gpus=2)
+    free = [d.id for d in resource.devices]
+    must = [f"{gpu_uuid(1)}::1"]
+    out = preferred_devices(resource, {}, free, must, 2)
+    assert out[0] == must[0] and _gpus_of(out) == [1, 0]
+
+
+def test_greedy_not_enough_has_nvidias_text() -> None:
+    resource = replicas(2, gpus=1)
+    with pytest.raises(PreferredAllocationError, match=f"^{NOT_ENOUGH_DEVICES}$"):
+        greedy_devices(resource, [], [resource.devices[0].id], 2, "distributed")
+
+
+@given(
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.sampled_from(["distributed", "packed"]),
+    st.data(),
+)
+def test_greedy_balances_or_packs(per_gpu: int, gpus: int, policy: str, data: st.DataObject) -> None:
+    resource = replicas(per_gpu, gpus)
+    size = data.draw(st.integers(1, per_gpu * gpus))
+    out = preferred_devices(resource, {}, [d.id for d in resource.devices], [], size, policy=policy)
+    assert len(out) == len(set(out)) == size
+    counts = [_gpus_of(out).count(g) for g in range(gpus)]
+    if policy == "distributed":
+        assert max(counts) - min(counts) <= 1
+    else:  # fill GPUs in order: as few GPUs as the size allows
+        assert sum(1 for c in counts if c) == -(-size // per_gpu)
+
+
+def test_mig_devices_take_the_greedy_path() -> None:
+    mig = Resource(
+        "nvidia.com/mig-1g.5gb",
+        tuple(
+            Device(f"MIG-{g}-{m}", f"MIG-{g}-{m}", f"{g}:{m}", g, Health.ok(), 0, (f"/dev/nvidia{g}",))
+            for g in range(2)
+            for m in range(3)
+        ),
+    )
+    assert not mig.is_whole_gpus
+    out = preferred_devices(mig, {}, [d.id for d in mig.devices], [], 2)
+    assert out == ["MIG-0-0", "MIG-0-1"]  # each MIG device is its own physical device: kubelet order

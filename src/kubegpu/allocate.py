@@ -3,20 +3,47 @@
 Pure functions of a `Resource` and `AllocateOptions`. The gRPC server converts the result to protobuf.
 Error texts that NVIDIA's plugin also produces are kept byte-identical (see the compatibility spec §4);
 checks NVIDIA does not make (empty, duplicate, oversized requests) get texts of our own.
+
+The response is built in NVIDIA's order (spec §4 step 3), which matters where one step overrides another:
+  1. any `cdi-*` strategy: the CDI device names (GPUs, then IMEX channels, then the gdrcopy/gds/mofed
+     modes whose spec is not empty) as one annotation (`cdi-annotations`) and/or `cdi_devices` (`cdi-cri`);
+  2. MPS-shared resources: CUDA_MPS_PIPE_DIRECTORY and the pipe and /dev/shm mounts;
+  3. `NVIDIA_GDRCOPY` / `NVIDIA_GDS` / `NVIDIA_MOFED=enabled` for each enabled mode, CDI or not (v0.19+);
+  4. when every strategy is a CDI one, stop: no NVIDIA_VISIBLE_DEVICES, mounts or device specs;
+  5. `envvar`: NVIDIA_VISIBLE_DEVICES=<ids>, and NVIDIA_IMEX_CHANNELS=<channels> when there are any;
+  6. `volume-mounts`: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices (overriding 5) and one
+     /dev/null mount per ID, then one per IMEX channel under .../imex/;
+  7. `passDeviceSpecs`: the control devices, each requested device's nodes, then the IMEX channel nodes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kubegpu.cdi import (
+    CDI_ANNOTATION_PLUGIN,
+    DEFAULT_ANNOTATION_PREFIX,
+    GPU_CLASS,
+    IMEX_CLASS,
+    qualified_name,
+)
+from kubegpu.driver import MODE_ENV, MODES, imex_channel_path, join
+from kubegpu.preferred import DISTRIBUTED
 from kubegpu.resources import REPLICA_SEPARATOR, Resource
 
 MAX_DEVICE_ID_LENGTH = 63  # the kubelet API's documented limit for Device.ID
-CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
-DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+IMEX_CHANNELS_ENV = "NVIDIA_IMEX_CHANNELS"
+DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
+CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", *CDI_STRATEGIES)
 DEVICE_ID_STRATEGIES = ("uuid", "index")
+
+
+def _response_id() -> str:
+    return str(uuid.uuid4())
 
 
 class AllocationRequestError(ValueError):
@@ -35,6 +62,27 @@ class AllocateOptions:
     dev_root: str = "/"
     # Control device nodes that exist on this node (NVIDIA only passes those that exist); computed once.
     control_devices: tuple[str, ...] = ()
+    cdi_annotation_prefix: str = DEFAULT_ANNOTATION_PREFIX
+    # Modes (gdrcopy, gds, mofed) switched on by their flags: each sets its env var.
+    enabled_modes: tuple[str, ...] = ()
+    # The enabled modes whose CDI spec has something in it: only those get a CDI name.
+    cdi_modes: tuple[str, ...] = ()
+    # IMEX channel IDs ("0") whose device node exists; every container gets all of them, as with NVIDIA.
+    imex_channels: tuple[str, ...] = ()
+    # Host directory of the MPS control daemons (--mps-root), for MPS-shared resources.
+    mps_root: str = ""
+    # Replicas and MIG: GetPreferredAllocation's greedy policy (whole GPUs ignore it).
+    shared_allocation_policy: str = DISTRIBUTED
+    # The random part of the cdi-annotations key, new per response (NVIDIA: a UUID). Injectable for tests.
+    response_id: Callable[[], str] = _response_id
+
+    @property
+    def any_cdi(self) -> bool:
+        return any(s in CDI_STRATEGIES for s in self.device_list_strategies)
+
+    @property
+    def only_cdi(self) -> bool:
+        return all(s in CDI_STRATEGIES for s in self.device_list_strategies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +131,12 @@ def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
         if device_id in seen:
             raise AllocationRequestError(prefix + f"device {device_id} requested more than once")
         seen.add(device_id)
+    shared = any(REPLICA_SEPARATOR in d for d in device_ids)
+    if shared and len(device_ids) > 1 and resource.fail_requests_greater_than_one:
+        raise AllocationRequestError(
+            prefix + f"maximum request size for shared resources is 1; found {len(device_ids)}",
+            nvidia_compatible=True,
+        )
 
 
 def runtime_device_ids(resource: Resource, device_ids: Sequence[str], id_strategy: str) -> list[str]:
@@ -99,31 +153,76 @@ def runtime_device_ids(resource: Resource, device_ids: Sequence[str], id_strateg
     return out
 
 
-def _host_path(dev_root: str, path: str) -> str:
-    return dev_root.rstrip("/") + path
-
-
 def allocate_container(
     resource: Resource, device_ids: Sequence[str], options: AllocateOptions
 ) -> ContainerAllocation:
     """The runtime instructions for one container, after `validate_request` accepted its IDs."""
     ids = runtime_device_ids(resource, device_ids, options.device_id_strategy)
     result = ContainerAllocation()
+    if options.any_cdi:
+        _add_cdi(result, ids, options)
+    if resource.sharing == "mps":
+        _add_mps(result, resource.name, options.mps_root)
+    for mode in options.enabled_modes:
+        result.envs[MODE_ENV[mode]] = "enabled"
+    if options.only_cdi:
+        return result
     strategies = options.device_list_strategies
     if "envvar" in strategies:
         result.envs[VISIBLE_DEVICES_ENV] = ",".join(ids)
+        if options.imex_channels:
+            result.envs[IMEX_CHANNELS_ENV] = ",".join(options.imex_channels)
     if "volume-mounts" in strategies:
-        # The toolkit reads the device list from mount targets; the env var points it there.
-        result.envs[VISIBLE_DEVICES_ENV] = "/var/run/nvidia-container-devices"
-        result.mounts.extend(
-            MountSpec(container_path=f"/var/run/nvidia-container-devices/{i}", host_path="/dev/null")
-            for i in ids
-        )
+        _add_device_list_mounts(result, ids, options.imex_channels)
     if options.pass_device_specs:
-        paths = list(options.control_devices)
-        for device_id in device_ids:
-            device = resource.device(device_id)
-            if device is not None:
-                paths.extend(device.paths)
-        result.devices.extend(DeviceNodeSpec(p, _host_path(options.dev_root, p)) for p in paths)
+        _add_device_specs(result, resource, device_ids, options)
     return result
+
+
+def cdi_device_names(ids: Sequence[str], options: AllocateOptions) -> list[str]:
+    """The qualified CDI names of a container's devices, in NVIDIA's order."""
+    return [
+        *(qualified_name(GPU_CLASS, i) for i in ids),
+        *(qualified_name(IMEX_CLASS, c) for c in options.imex_channels),
+        *(qualified_name(mode, "all") for mode in MODES if mode in options.cdi_modes),
+    ]
+
+
+def _add_cdi(result: ContainerAllocation, ids: Sequence[str], options: AllocateOptions) -> None:
+    names = cdi_device_names(ids, options)
+    if not names:
+        return
+    if "cdi-annotations" in options.device_list_strategies:
+        # The CDI library's AnnotationKey(plugin, id) is "cdi.k8s.io/<plugin>_<id>"; NVIDIA then swaps a
+        # custom prefix in for "cdi.k8s.io/". The random ID keeps keys of several containers apart.
+        key = f"{options.cdi_annotation_prefix}{CDI_ANNOTATION_PLUGIN}_{options.response_id()}"
+        result.annotations[key] = ",".join(names)
+    if "cdi-cri" in options.device_list_strategies:
+        result.cdi_devices.extend(names)
+
+
+def _add_mps(result: ContainerAllocation, resource_name: str, mps_root: str) -> None:
+    # The MPS control daemon for this resource listens in <mps root>/<resource>/pipe (spec §4.1).
+    pipe = f"/mps/{resource_name}/pipe"
+    result.envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+    result.mounts.append(MountSpec(pipe, f"{mps_root.rstrip('/')}/{resource_name}/pipe"))
+    result.mounts.append(MountSpec("/dev/shm", f"{mps_root.rstrip('/')}/shm"))
+
+
+def _add_device_list_mounts(result: ContainerAllocation, ids: Sequence[str], channels: Sequence[str]) -> None:
+    # The toolkit reads the device list from mount targets; the env var points it there.
+    result.envs[VISIBLE_DEVICES_ENV] = DEVICE_LIST_ROOT
+    result.mounts.extend(MountSpec(f"{DEVICE_LIST_ROOT}/{i}", "/dev/null") for i in ids)
+    result.mounts.extend(MountSpec(f"{DEVICE_LIST_ROOT}/imex/{c}", "/dev/null") for c in channels)
+
+
+def _add_device_specs(
+    result: ContainerAllocation, resource: Resource, device_ids: Sequence[str], options: AllocateOptions
+) -> None:
+    paths = list(options.control_devices)
+    for device_id in device_ids:
+        device = resource.device(device_id)
+        if device is not None:
+            paths.extend(device.paths)  # replicas of one GPU repeat its path, as with NVIDIA
+    paths.extend(imex_channel_path(c) for c in options.imex_channels)
+    result.devices.extend(DeviceNodeSpec(p, join(options.dev_root, p)) for p in paths)

@@ -28,6 +28,10 @@ DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 MIG_STRATEGIES = ("none", "single", "mixed")
 
 
+# libyaml's loader when the wheel has it: ~10x faster than the pure-Python one, same results.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class ConfigError(ValueError):
     """A config that cannot run. The message names the field and the fix; `problems` lists each one."""
 
@@ -328,7 +332,7 @@ def load_config_file(path: str | Path) -> tuple[Config, list[str]]:
 
 def parse_config_text(text: str, source: str = "<config>") -> tuple[Config, list[str]]:
     try:
-        raw = yaml.safe_load(text) if text.strip() else {}
+        raw = yaml.load(text, Loader=_YAML_LOADER) if text.strip() else {}
     except yaml.YAMLError as err:
         raise ConfigError(f"unable to parse config file {source}: error parsing config file: {err}") from err
     if raw is None:

@@ -16,9 +16,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubegpu.allocate import CONTROL_DEVICES, AllocateOptions
+from kubegpu.allocate import AllocateOptions
+from kubegpu.cdi import (
+    CDI_ROOT_ENV,
+    DEFAULT_ANNOTATION_PREFIX,
+    CdiOptions,
+    CdiSpecWriter,
+    cdi_root,
+    nonempty_modes,
+    specs_for,
+)
 from kubegpu.config import DEFAULT_KUBELET_SOCKET, ConfigError, PluginSettings
 from kubegpu.discovery import discover, explain_nvml_error
+from kubegpu.driver import CONTROL_DEVICES, ImexChannelError, imex_channels
+from kubegpu.filewatch import watch_file
 from kubegpu.health import ALL_GPUS, Fault, HealthEvent, HealthMonitor, HealthSettings, HealthSettingsError
 from kubegpu.inventory import Health, Inventory
 from kubegpu.nvml import NvmlBackend, load_nvml
@@ -38,13 +49,30 @@ class StartupError(RuntimeError):
 
 
 def allocate_options(settings: PluginSettings) -> AllocateOptions:
+    """Allocate's options; raises StartupError when a required IMEX channel is missing."""
     dev_root = settings.flags.nvidiaDevRoot or settings.flags.nvidiaDriverRoot or "/"
+    cdi = CdiOptions.from_settings(settings)
+    imex = settings.config.imex
+    try:
+        # Looked up where the plugin sees the host's /dev (as NVIDIA does), not at the host path.
+        channels = imex_channels(
+            (imex.channelIDs or []) if imex else [], cdi.dev_lookup_root, bool(imex and imex.required)
+        )
+    except ImexChannelError as err:
+        raise StartupError(str(err)) from err
+    any_cdi = any(s.startswith("cdi-") for s in settings.device_list_strategies)
     return AllocateOptions(
         device_list_strategies=settings.device_list_strategies,
         device_id_strategy=settings.plugin.deviceIDStrategy or "uuid",
         pass_device_specs=bool(settings.plugin.passDeviceSpecs),
         dev_root=dev_root,
         control_devices=tuple(p for p in CONTROL_DEVICES if os.path.exists(dev_root.rstrip("/") + p)),
+        cdi_annotation_prefix=settings.plugin.cdiAnnotationPrefix or DEFAULT_ANNOTATION_PREFIX,
+        enabled_modes=cdi.modes,
+        cdi_modes=nonempty_modes(cdi) if any_cdi else (),
+        imex_channels=channels,
+        mps_root=settings.flags.mpsRoot or "",
+        shared_allocation_policy=settings.plugin.sharedDevicesAllocationPolicy or "distributed",
     )
 
 
@@ -88,6 +116,7 @@ class Daemon:
             self.health_settings = HealthSettings.from_env(os.environ)
         except (HealthSettingsError, XidCatalogError) as err:
             raise StartupError(str(err)) from err
+        self._cdi = CdiSpecWriter(cdi_root())
         self._stopping = asyncio.Event()
         self._health_queue: asyncio.Queue[Sequence[HealthEvent]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -112,6 +141,9 @@ class Daemon:
             await self.registrar.start()
             await self._start_devices()
             self._spawn(self._apply_health_reports())
+            if self.settings.config_file:
+                # A changed config file (config-manager symlink swap, ConfigMap update) reloads like SIGHUP.
+                self._spawn(watch_file(Path(self.settings.config_file), self._config_changed))
             await self._stopping.wait()
         finally:
             await self.shutdown()
@@ -130,6 +162,7 @@ class Daemon:
         for task in list(self._tasks):
             task.cancel()
         await self.registrar.close()  # stops servers and removes our sockets
+        await asyncio.to_thread(self._cdi.remove)
         if self._nvml_up:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.nvml.nvmlShutdown)
@@ -178,6 +211,7 @@ class Daemon:
         inventory = inventory.with_gpu_health(carried)
         self.inventory = inventory
         options = allocate_options(self.settings)
+        await self._refresh_cdi_specs(inventory, options)
         try:
             resources = self._build(inventory)
         except ResourceError as err:
@@ -196,6 +230,23 @@ class Daemon:
 
     def _build(self, inventory: Inventory) -> list[Resource]:
         return build_resources(inventory, resource_options(self.settings))
+
+    # --- CDI spec files ----------------------------------------------------------------------------------
+
+    async def _refresh_cdi_specs(self, inventory: Inventory, options: AllocateOptions) -> None:
+        """Write our CDI specs for this inventory (or remove them when no CDI strategy is selected).
+
+        Runs before the servers register: the runtime must find a spec for every name Allocate hands out.
+        """
+        minors = resource_options(self.settings).mig_minors
+        specs = specs_for(inventory, self.settings, options.imex_channels, minors)
+        try:
+            await asyncio.to_thread(self._cdi.refresh, specs)
+        except OSError as err:
+            raise StartupError(
+                f"unable to write CDI specs to {self._cdi.root}: {err}; the cdi-* device-list strategies "
+                f"need a writable CDI directory (mount the host's /var/run/cdi, or set {CDI_ROOT_ENV})"
+            ) from err
 
     # --- health --------------------------------------------------------------------------------------
 
@@ -241,6 +292,10 @@ class Daemon:
                         resource.healthy_count,
                         len(resource.devices),
                     )
+
+    async def _config_changed(self) -> None:
+        log.info("config file %s changed; reloading", self.settings.config_file)
+        await self.reload()
 
     # --- reload --------------------------------------------------------------------------------------
 

@@ -160,6 +160,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
                     list(req.available_deviceIDs),
                     list(req.must_include_deviceIDs),
                     req.allocation_size,
+                    policy=self._options.shared_allocation_policy,
                 )
             except PreferredAllocationError as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))

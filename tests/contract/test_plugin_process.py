@@ -260,3 +260,23 @@ async def test_bad_health_settings_fail_at_start() -> None:
         node.start_plugin()
         assert await node.wait_plugin_exit() == 1
         assert "KUBEGPU_RECOVERY_QUIET_SECONDS='later' is not a valid number of seconds" in node.plugin_log()
+
+
+async def test_config_file_change_reloads_without_a_signal(node: SimulatedNode) -> None:
+    available = node.root / "configs"
+    available.mkdir()
+    (available / "uuid").write_text("version: v1\n")
+    (available / "index").write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n")
+    link = node.root / "config.yaml"
+    link.symlink_to(available / "uuid")
+    node.start_plugin("--config-file", str(link))
+    await node.wait_allocatable(8)
+    mark = node.sim.last_seq
+    tmp = node.root / "config.yaml.tmp"
+    tmp.symlink_to(available / "index")
+    tmp.rename(link)  # config-manager's atomic symlink swap
+    await node.sim.wait_for_event(EventKind.REGISTERED, resource=GPU_RESOURCE, after=mark, timeout=10)
+    await node.wait_allocatable(8)
+    allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 1})]))
+    assert allocation.containers["c"].run_options.envs["NVIDIA_VISIBLE_DEVICES"].isdigit()
+    assert "changed; reloading" in node.plugin_log()
