@@ -14,7 +14,8 @@ tests/contract/test_fault_suite.py):
 - flaky-nvml: 30% of NVML calls on two GPUs fail for S seconds; nothing may crash or flap to unhealthy
   permanently, and a later XID is still handled;
 - dir-recreated: the device-plugin directory is removed and re-created N times (kubelet reinstall);
-- reload-under-load: SIGHUP every 100 ms while Allocates run; Allocate errors are counted.
+- reload-under-load: SIGHUP every 100 ms while Allocates run; at most 1% may be refused (an unchanged
+  config is applied in place, without restarting servers).
 The "full disk for the features file" case belongs to `kubegpu labels` and is tested in its own tests.
 
     python -m bench.fault_suite [--quick] [--restarts 100] [--kills 50] [--storm-seconds 5]
@@ -249,7 +250,9 @@ async def reload_under_load(seconds: float) -> Outcome:
         outcome.notes.extend([] if calls else ["no Allocate calls were made"])
         await _check_node(node, set(ids), outcome)
         rate = errors / calls if calls else 1.0
-        outcome.name += f", {calls} Allocates, {errors} refused during restarts ({rate:.1%})"
+        outcome.name += f", {calls} Allocates, {errors} refused ({rate:.1%})"
+        if rate > 0.01:  # an unchanged config is applied in place: Allocates must keep working
+            outcome.notes.append(f"{rate:.1%} of Allocates refused during reloads")
     return outcome
 
 

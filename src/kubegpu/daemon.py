@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ from kubegpu.discovery import discover, explain_nvml_error
 from kubegpu.driver import CONTROL_DEVICES, ImexChannelError, imex_channels
 from kubegpu.filewatch import watch_file
 from kubegpu.health import ALL_GPUS, Fault, HealthEvent, HealthMonitor, HealthSettings, HealthSettingsError
-from kubegpu.inventory import Health, Inventory
+from kubegpu.inventory import GpuLink, Health, Inventory
+from kubegpu.mps import CONTAINER_ROOT, mps_daemon_alive
 from kubegpu.nvml import NvmlBackend, load_nvml
 from kubegpu.registrar import Registrar
 from kubegpu.resources import Resource, ResourceError, ResourceOptions, build_resources, parse_mig_minors
@@ -41,6 +42,7 @@ from kubegpu.xids import XidCatalogError
 log = logging.getLogger(__name__)
 
 NO_DEVICES = "No devices found. Waiting indefinitely."
+MPS_RETRY_ENV = "KUBEGPU_MPS_RETRY_SECONDS"
 DISCOVERY_RETRY_ENV = "KUBEGPU_DISCOVERY_RETRY_SECONDS"
 
 
@@ -117,6 +119,9 @@ class Daemon:
         except (HealthSettingsError, XidCatalogError) as err:
             raise StartupError(str(err)) from err
         self._cdi = CdiSpecWriter(cdi_root())
+        self._retry_pending = False
+        self._reload_lock = asyncio.Lock()
+        self._reload_again = False
         self._stopping = asyncio.Event()
         self._health_queue: asyncio.Queue[Sequence[HealthEvent]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -216,7 +221,17 @@ class Daemon:
             resources = self._build(inventory)
         except ResourceError as err:
             raise StartupError(str(err)) from err
-        servers = [ResourceServer(r, self.plugin_dir, options, self.inventory.link_map) for r in resources]
+        resources = await self._serveable(resources)
+        current = {s.name: s for s in self.registrar.servers}
+        servers = []
+        for resource in resources:
+            server = current.get(resource.name)
+            if server is None:
+                server = ResourceServer(resource, self.plugin_dir, options, self._links)
+            else:  # unchanged name: update in place, no restart and no re-registration
+                server.options = options
+                await server.update(resource)
+            servers.append(server)
         log.info(
             "discovered %d GPU(s) (driver %s, CUDA %s); serving %s",
             len(inventory.gpus),
@@ -227,6 +242,41 @@ class Daemon:
         # Arm health events before the kubelet can see the devices, so no early XID slips through.
         await self._start_monitor(inventory)
         await self.registrar.set_servers(servers)
+
+    def _links(self) -> Mapping[tuple[int, int], GpuLink]:
+        return self.inventory.link_map()
+
+    async def _serveable(self, resources: list[Resource]) -> list[Resource]:
+        """Leave out MPS resources whose control daemon does not answer yet, and retry them later.
+
+        NVIDIA checks the same thing before serving an MPS resource; a plugin serving replicas without a
+        daemon would hand out pipes nobody listens on.
+        """
+        out = []
+        for resource in resources:
+            if resource.sharing == "mps":
+                alive, reason = await asyncio.to_thread(mps_daemon_alive, CONTAINER_ROOT, resource.name, 10.0)
+                if not alive:
+                    log.warning(
+                        "not serving %s yet: the MPS control daemon is not ready (%s)", resource.name, reason
+                    )
+                    self._schedule_retry()
+                    continue
+            out.append(resource)
+        return out
+
+    def _schedule_retry(self) -> None:
+        if self._retry_pending:
+            return
+        self._retry_pending = True
+
+        async def retry() -> None:
+            await asyncio.sleep(float(os.environ.get(MPS_RETRY_ENV, "30")))
+            self._retry_pending = False
+            if self.inventory.gpus:
+                await self._serve(self.inventory)
+
+        self._spawn(retry())
 
     def _build(self, inventory: Inventory) -> list[Resource]:
         return build_resources(inventory, resource_options(self.settings))
@@ -300,9 +350,22 @@ class Daemon:
     # --- reload --------------------------------------------------------------------------------------
 
     async def reload(self) -> None:
-        """Re-read the config (SIGHUP); anything wrong with the new one keeps the old one running."""
+        """Re-read the config (SIGHUP, config file change). Reloads never overlap; a burst of requests
+        while one runs is answered by one more reload afterwards, which sees the latest file."""
         if self._reload_settings is None:
             return
+        if self._reload_lock.locked():
+            self._reload_again = True
+            return
+        async with self._reload_lock:
+            self._reload_again = True
+            while self._reload_again:
+                self._reload_again = False
+                await self._reload_once()
+
+    async def _reload_once(self) -> None:
+        """One reload; anything wrong with the new config keeps the old one running."""
+        assert self._reload_settings is not None
         try:
             settings = self._reload_settings()
         except ConfigError as err:
@@ -311,17 +374,19 @@ class Daemon:
         inventory = await self._discover()
         if inventory is not None and inventory.gpus:
             try:
-                build_resources(inventory, resource_options(settings))  # dry run before anything stops
-            except ResourceError as err:
+                build_resources(inventory, resource_options(settings))  # dry run before anything changes
+                allocate_options(settings)
+            except (ResourceError, StartupError) as err:
                 log.error("config reload failed, keeping the last good config running: %s", err)
                 return
         log.info("reloading with the new config")
         self.settings = settings
         log.info("Running with config:\n%s", settings.log_json())
-        self._stop_monitor()
+        await asyncio.to_thread(self._stop_monitor)
         if inventory is None or not inventory.gpus:
             await self.registrar.set_servers([])
             log.warning("%s", NO_DEVICES)
             self._spawn(self._retry_discovery())
             return
         await self._serve(inventory)
+        log.info("reload complete")

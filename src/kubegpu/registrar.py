@@ -91,12 +91,19 @@ class Registrar:
         )
 
     async def set_servers(self, servers: Sequence[ResourceServer]) -> None:
-        """Replace the served set (config reload, re-discovery): old servers stop before new ones start."""
+        """Replace the served set (config reload, re-discovery).
+
+        Servers that are kept (the same objects) keep serving and stay registered; the others stop before
+        any new one starts, so the kubelet never sees two endpoints for one resource.
+        """
         async with self._lock:
+            keep = {id(s) for s in servers}
+            kept = {s.name for s in self._servers if id(s) in keep}
             for old in self._servers:
-                await old.stop()
+                if id(old) not in keep:
+                    await old.stop()
+            self.state = {s.name: self.state[s.name] if s.name in kept else Registration() for s in servers}
             self._servers = list(servers)
-            self.state = {s.name: Registration() for s in self._servers}
         await self.reconcile()
 
     def wake(self) -> None:

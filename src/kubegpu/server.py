@@ -85,6 +85,15 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         return self.resource.name
 
     @property
+    def options(self) -> AllocateOptions:
+        return self._options
+
+    @options.setter
+    def options(self, options: AllocateOptions) -> None:
+        """New Allocate options (a config reload) take effect for the next request; nothing restarts."""
+        self._options = options
+
+    @property
     def running(self) -> bool:
         return self._server is not None
 

@@ -15,6 +15,16 @@ from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
 from tests.contract.conftest import profile_inventory
 
 DGX_A100 = profile_inventory("dgx-a100")
+
+
+async def wait_for_log(node: SimulatedNode, text: str, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if text in node.plugin_log():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{text!r} not logged within {timeout} s:\n{node.plugin_log()[-3000:]}")
+
+
 UUIDS = [g.uuid for g in DGX_A100.gpus]
 
 
@@ -199,10 +209,12 @@ async def test_sighup_reload_keeps_last_good_config_and_applies_a_good_one(node:
     assert "unknown MIG strategy: sideways" in node.plugin_log()
     assert node.sim.allocatable()[GPU_RESOURCE] == 8
     config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n")
-    mark = node.sim.last_seq
+    registrations = len(node.sim.events(EventKind.REGISTERED, resource=GPU_RESOURCE))
     node.signal_plugin(signal.SIGHUP)
-    await node.sim.wait_for_event(EventKind.REGISTERED, resource=GPU_RESOURCE, after=mark, timeout=10)
-    await node.wait_allocatable(8)
+    await wait_for_log(node, "reload complete")
+    # Same resources, new Allocate options: applied in place, without re-registering.
+    assert len(node.sim.events(EventKind.REGISTERED, resource=GPU_RESOURCE)) == registrations
+    assert node.sim.allocatable()[GPU_RESOURCE] == 8
     allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 1})]))
     assert allocation.containers["c"].run_options.envs["NVIDIA_VISIBLE_DEVICES"].isdigit()
 
@@ -271,12 +283,10 @@ async def test_config_file_change_reloads_without_a_signal(node: SimulatedNode) 
     link.symlink_to(available / "uuid")
     node.start_plugin("--config-file", str(link))
     await node.wait_allocatable(8)
-    mark = node.sim.last_seq
     tmp = node.root / "config.yaml.tmp"
     tmp.symlink_to(available / "index")
     tmp.rename(link)  # config-manager's atomic symlink swap
-    await node.sim.wait_for_event(EventKind.REGISTERED, resource=GPU_RESOURCE, after=mark, timeout=10)
-    await node.wait_allocatable(8)
+    await wait_for_log(node, "reload complete")
     allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 1})]))
     assert allocation.containers["c"].run_options.envs["NVIDIA_VISIBLE_DEVICES"].isdigit()
     assert "changed; reloading" in node.plugin_log()
