@@ -278,3 +278,36 @@ def test_every_combination_follows_nvidias_rules(
         assert visible == ",".join(runtime_ids)
     assert ("NVIDIA_IMEX_CHANNELS" in out.envs) == bool(channels and "envvar" in strategies and not cdi_only)
     assert len(out.devices) == (0 if cdi_only or not specs else len(ids) + len(channels))
+
+
+def mps_resource(replicas: int = 4, gpus: int = 2, memory: int = 16 << 30) -> Resource:
+    devices = tuple(
+        Device(f"{gpu_uuid(g)}::{r}", gpu_uuid(g), str(g), g, Health.ok(), 0, (f"/dev/nvidia{g}",), memory)
+        for g in range(gpus)
+        for r in range(replicas)
+    )
+    return Resource("nvidia.com/gpu", devices, sharing="mps", replicas=replicas)
+
+
+def test_mps_client_limits_follow_the_replica_share() -> None:
+    out = allocate_container(mps_resource(), [f"{gpu_uuid(1)}::3"], AllocateOptions(mps_root="/m"))
+    assert out.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert (
+        out.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+    )  # 16 GiB / 4, as ordinal 0 in the container
+
+
+def test_mps_client_limits_for_several_replicas_and_gpus() -> None:
+    ids = [f"{gpu_uuid(0)}::0", f"{gpu_uuid(0)}::1", f"{gpu_uuid(1)}::0"]
+    out = allocate_container(mps_resource(), ids, AllocateOptions(mps_root="/m"))
+    assert out.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert out.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M,1=4096M"
+
+
+def test_mps_client_limits_can_be_switched_off_for_nvidias_output() -> None:
+    out = allocate_container(
+        mps_resource(), [f"{gpu_uuid(0)}::0"], AllocateOptions(mps_root="/m", mps_client_limits=False)
+    )
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in out.envs
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in out.envs
+    assert out.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"

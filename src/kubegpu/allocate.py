@@ -35,6 +35,9 @@ from kubegpu.resources import REPLICA_SEPARATOR, Resource
 
 MAX_DEVICE_ID_LENGTH = 63  # the kubelet API's documented limit for Device.ID
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+MPS_THREAD_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_MEMORY_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+MIB = 1024 * 1024
 IMEX_CHANNELS_ENV = "NVIDIA_IMEX_CHANNELS"
 DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
@@ -71,6 +74,8 @@ class AllocateOptions:
     imex_channels: tuple[str, ...] = ()
     # Host directory of the MPS control daemons (--mps-root), for MPS-shared resources.
     mps_root: str = ""
+    # Beyond NVIDIA: per-container MPS limits from the replica count (--mps-client-limits, on by default).
+    mps_client_limits: bool = True
     # Replicas and MIG: GetPreferredAllocation's greedy policy (whole GPUs ignore it).
     shared_allocation_policy: str = DISTRIBUTED
     # The random part of the cdi-annotations key, new per response (NVIDIA: a UUID). Injectable for tests.
@@ -163,6 +168,8 @@ def allocate_container(
         _add_cdi(result, ids, options)
     if resource.sharing == "mps":
         _add_mps(result, resource.name, options.mps_root)
+        if options.mps_client_limits:
+            _add_mps_client_limits(result, resource, device_ids)
     for mode in options.enabled_modes:
         result.envs[MODE_ENV[mode]] = "enabled"
     if options.only_cdi:
@@ -207,6 +214,38 @@ def _add_mps(result: ContainerAllocation, resource_name: str, mps_root: str) -> 
     result.envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
     result.mounts.append(MountSpec(pipe, f"{mps_root.rstrip('/')}/{resource_name}/pipe"))
     result.mounts.append(MountSpec("/dev/shm", f"{mps_root.rstrip('/')}/shm"))
+
+
+def _add_mps_client_limits(
+    result: ContainerAllocation, resource: Resource, device_ids: Sequence[str]
+) -> None:
+    """The container's share of each GPU, as the MPS client env vars that enforce it.
+
+    The control daemon's defaults (NVIDIA's mps-daemon) give every client 1/replicas of a GPU; a container
+    holding k replicas of one GPU (failRequestsGreaterThanOne off) is entitled to k shares, which only
+    per-client env vars can express. Device ordinals follow the container's device list order.
+    """
+    if resource.replicas < 2:
+        return
+    held: dict[str, int] = {}
+    memory: dict[str, int] = {}
+    for device_id in device_ids:
+        device = resource.device(device_id)
+        if device is None:
+            continue
+        held[device.uuid] = held.get(device.uuid, 0) + 1
+        memory[device.uuid] = device.memory_bytes
+    if not held:
+        return
+    share = 100 // resource.replicas
+    result.envs[MPS_THREAD_ENV] = str(min(100, share * max(held.values())))
+    limits = [
+        f"{ordinal}={memory[uuid] // resource.replicas * count // MIB}M"
+        for ordinal, (uuid, count) in enumerate(held.items())
+        if memory[uuid]
+    ]
+    if limits:
+        result.envs[MPS_MEMORY_ENV] = ",".join(limits)
 
 
 def _add_device_list_mounts(result: ContainerAllocation, ids: Sequence[str], channels: Sequence[str]) -> None:

@@ -295,6 +295,14 @@ FLAGS: tuple[FlagSpec, ...] = (
         "Honour `resources` and the `rename`/`devices` of shared resources (NVIDIA ignores them).",
     ),
     FlagSpec(
+        "mps-client-limits",
+        ("KUBEGPU_MPS_CLIENT_LIMITS",),
+        True,
+        (),
+        "bool",
+        "Give MPS containers CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT.",
+    ),
+    FlagSpec(
         "strict-config",
         ("KUBEGPU_STRICT_CONFIG",),
         False,
@@ -456,6 +464,7 @@ class PluginSettings:
     config_file: str
     warnings: tuple[str, ...] = ()
     allow_customization: bool = False
+    mps_client_limits: bool = True
 
     @property
     def flags(self) -> Flags:
@@ -576,6 +585,7 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
         config_file=config_file,
         warnings=tuple(warnings),
         allow_customization=flag_enabled(flags, "allow-resource-customization"),
+        mps_client_limits=flags["mps-client-limits"].value if "mps-client-limits" in flags else True,
     )
     validate(settings)
     return settings

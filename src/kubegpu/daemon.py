@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 NO_DEVICES = "No devices found. Waiting indefinitely."
 MPS_RETRY_ENV = "KUBEGPU_MPS_RETRY_SECONDS"
+MPS_CONTAINER_ROOT_ENV = "KUBEGPU_MPS_CONTAINER_ROOT"  # where the host's MPS root is mounted (NVIDIA: /mps)
 DISCOVERY_RETRY_ENV = "KUBEGPU_DISCOVERY_RETRY_SECONDS"
 
 
@@ -74,6 +75,7 @@ def allocate_options(settings: PluginSettings) -> AllocateOptions:
         cdi_modes=nonempty_modes(cdi) if any_cdi else (),
         imex_channels=channels,
         mps_root=settings.flags.mpsRoot or "",
+        mps_client_limits=settings.mps_client_limits,
         shared_allocation_policy=settings.plugin.sharedDevicesAllocationPolicy or "distributed",
     )
 
@@ -255,7 +257,8 @@ class Daemon:
         out = []
         for resource in resources:
             if resource.sharing == "mps":
-                alive, reason = await asyncio.to_thread(mps_daemon_alive, CONTAINER_ROOT, resource.name, 10.0)
+                root = Path(os.environ.get(MPS_CONTAINER_ROOT_ENV, str(CONTAINER_ROOT)))
+                alive, reason = await asyncio.to_thread(mps_daemon_alive, root, resource.name, 10.0)
                 if not alive:
                     log.warning(
                         "not serving %s yet: the MPS control daemon is not ready (%s)", resource.name, reason

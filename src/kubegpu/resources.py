@@ -45,6 +45,7 @@ class Device:
     health: Health
     numa_node: int | None
     paths: tuple[str, ...]  # device nodes the container needs, without the dev root prefix
+    memory_bytes: int = 0  # of the backing GPU or MIG device (MPS client memory limits)
 
     @property
     def health_text(self) -> str:
@@ -67,6 +68,7 @@ class Resource:
     devices: tuple[Device, ...]
     sharing: str = "none"  # "none", "time-slicing" or "mps"
     fail_requests_greater_than_one: bool = False
+    replicas: int = 1  # per device, for shared resources
     _by_id: dict[str, Device] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -113,6 +115,7 @@ def gpu_device(gpu: Gpu) -> Device:
         health=gpu.health,
         numa_node=gpu.numa_node,
         paths=(gpu.device_path,),
+        memory_bytes=gpu.memory_bytes,
     )
 
 
@@ -130,6 +133,7 @@ def mig_device(gpu: Gpu, mig: MigDevice, mig_minors: Mapping[str, int]) -> Devic
         health=mig.health,
         numa_node=gpu.numa_node,
         paths=tuple(paths),
+        memory_bytes=mig.memory_bytes,
     )
 
 
@@ -219,7 +223,14 @@ def replicate(device: Device, replicas: int) -> list[Device]:
     d = device  # constructed directly: dataclasses.replace costs ~10x more, and 8 x 48 add up
     return [
         Device(
-            f"{d.uuid}{REPLICA_SEPARATOR}{r}", d.uuid, d.index, d.gpu_index, d.health, d.numa_node, d.paths
+            f"{d.uuid}{REPLICA_SEPARATOR}{r}",
+            d.uuid,
+            d.index,
+            d.gpu_index,
+            d.health,
+            d.numa_node,
+            d.paths,
+            d.memory_bytes,
         )
         for r in range(replicas)
     ]
@@ -230,6 +241,7 @@ def build_resources(inventory: Inventory, options: ResourceOptions | None = None
     options = options or ResourceOptions()
     by_name = base_devices(inventory, options)
     shared: dict[str, bool] = {}  # resource name -> failRequestsGreaterThanOne, for shared resources
+    replica_counts: dict[str, int] = {}
     block = options.sharing
     if block is not None:
         for entry in block.resources or ():
@@ -245,12 +257,14 @@ def build_resources(inventory: Inventory, options: ResourceOptions | None = None
             replicas = [r for d in chosen for r in replicate(d, entry.replicas or 1)]
             by_name.setdefault(target, []).extend(replicas)
             shared[target] = bool(block.failRequestsGreaterThanOne)
+            replica_counts[target] = entry.replicas or 1
     return [
         Resource(
             name,
             tuple(devices),
             sharing=options.sharing_kind if name in shared else "none",
             fail_requests_greater_than_one=shared.get(name, False),
+            replicas=replica_counts.get(name, 1),
         )
         for name, devices in sorted(by_name.items())
         if devices
