@@ -121,6 +121,7 @@ def main() -> int:
         "cold_start": ["--runs", str(args.runs)],
         "rss": ["--allocates", str(args.allocates)],
         "sharing_bench": ["--runs", "200"],
+        "metrics_bench": ["--scrapes", "300"],
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
     }

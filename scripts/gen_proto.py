@@ -1,4 +1,4 @@
-"""Regenerate the committed gRPC stubs from src/kubegpu/api/v1beta1/api.proto.
+"""Regenerate the committed gRPC stubs from our protos: the Device Plugin API (v1beta1) and PodResources (v1).
 
 Usage: python scripts/gen_proto.py [OUT_DIR]   (default: src, i.e. in place)
 The stubs are committed so that installing kubegpu never needs grpcio-tools; tests/test_proto_stubs.py
@@ -13,7 +13,7 @@ from pathlib import Path
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
-PROTO = "kubegpu/api/v1beta1/api.proto"
+PROTOS = ("kubegpu/api/v1beta1/api.proto", "kubegpu/api/podresources/v1/api.proto")
 
 
 def generate(out_dir: Path) -> None:
@@ -27,7 +27,7 @@ def generate(out_dir: Path) -> None:
             f"--python_out={out_dir}",
             f"--pyi_out={out_dir}",
             f"--grpc_python_out={out_dir}",
-            str(ROOT / "src" / PROTO),
+            *(str(ROOT / "src" / proto) for proto in PROTOS),
         ]
     )
     if rc != 0:

@@ -1,4 +1,4 @@
-"""The committed gRPC stubs match the proto, and the proto matches the kubelet's wire contract."""
+"""The committed gRPC stubs match the protos, and the protos match the kubelet's wire contracts."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from kubegpu.api.podresources.v1 import api_pb2 as podresources_pb2
 from kubegpu.api.v1beta1 import api_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
-STUB_DIR = ROOT / "src" / "kubegpu" / "api" / "v1beta1"
+API_DIRS = ("v1beta1", "podresources/v1")
 STUBS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 
 
@@ -22,8 +23,14 @@ def test_committed_stubs_are_current(tmp_path: Path) -> None:
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     gen.generate(tmp_path)
-    fresh = tmp_path / "kubegpu" / "api" / "v1beta1"
-    stale = [name for name in STUBS if not filecmp.cmp(fresh / name, STUB_DIR / name, shallow=False)]
+    committed = ROOT / "src" / "kubegpu" / "api"
+    fresh = tmp_path / "kubegpu" / "api"
+    stale = [
+        f"{api}/{name}"
+        for api in API_DIRS
+        for name in STUBS
+        if not filecmp.cmp(fresh / api / name, committed / api / name, shallow=False)
+    ]
     assert not stale, f"stubs {stale} are stale: run `make proto` and commit the result"
 
 
@@ -87,3 +94,52 @@ def test_method_paths() -> None:
         services["DevicePlugin"].methods_by_name["ListAndWatch"].full_name
         == "v1beta1.DevicePlugin.ListAndWatch"
     )
+
+
+# PodResources v1, as the kubelet's k8s.io/kubelet/pkg/apis/podresources/v1/api.proto has them.
+POD_RESOURCES_FIELDS = [
+    ("AllocatableResourcesResponse", "devices", 1),
+    ("AllocatableResourcesResponse", "cpu_ids", 2),
+    ("AllocatableResourcesResponse", "memory", 3),
+    ("ListPodResourcesResponse", "pod_resources", 1),
+    ("PodResources", "name", 1),
+    ("PodResources", "namespace", 2),
+    ("PodResources", "containers", 3),
+    ("ContainerResources", "name", 1),
+    ("ContainerResources", "devices", 2),
+    ("ContainerResources", "cpu_ids", 3),
+    ("ContainerResources", "memory", 4),
+    ("ContainerResources", "dynamic_resources", 5),
+    ("ContainerMemory", "memory_type", 1),
+    ("ContainerMemory", "size", 2),
+    ("ContainerMemory", "topology", 3),
+    ("ContainerDevices", "resource_name", 1),
+    ("ContainerDevices", "device_ids", 2),
+    ("ContainerDevices", "topology", 3),
+    ("TopologyInfo", "nodes", 1),
+    ("NUMANode", "ID", 1),
+    ("DynamicResource", "claim_name", 2),
+    ("DynamicResource", "claim_namespace", 3),
+    ("DynamicResource", "claim_resources", 4),
+    ("ClaimResource", "cdi_devices", 1),
+    ("ClaimResource", "driver_name", 2),
+    ("ClaimResource", "pool_name", 3),
+    ("ClaimResource", "device_name", 4),
+    ("CDIDevice", "name", 1),
+    ("GetPodResourcesRequest", "pod_name", 1),
+    ("GetPodResourcesRequest", "pod_namespace", 2),
+    ("GetPodResourcesResponse", "pod_resources", 1),
+]
+
+
+@pytest.mark.parametrize(("message", "field", "number"), POD_RESOURCES_FIELDS)
+def test_pod_resources_field_numbers(message: str, field: str, number: int) -> None:
+    descriptor = podresources_pb2.DESCRIPTOR.message_types_by_name[message]
+    assert descriptor.fields_by_name[field].number == number
+
+
+def test_pod_resources_method_paths() -> None:
+    assert podresources_pb2.DESCRIPTOR.package == "v1"
+    lister = podresources_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert [m.name for m in lister.methods] == ["List", "GetAllocatableResources", "Get"]
+    assert lister.methods_by_name["List"].full_name == "v1.PodResourcesLister.List"

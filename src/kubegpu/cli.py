@@ -57,6 +57,9 @@ def flag_option(spec: FlagSpec) -> Any:
         )
     if spec.kind == "list":
         return click.option(*names, default=",".join(spec.default), **common)
+    if spec.kind in ("int", "float"):
+        kind = click.IntRange(min=0, max=65535) if spec.kind == "int" else click.FloatRange(min=0)
+        return click.option(*names, type=kind, default=spec.default, **common)
     return click.option(*names, default=spec.default, **common)
 
 

@@ -106,7 +106,7 @@ class FlagSpec:
     envvars: tuple[str, ...]
     default: Any
     path: tuple[str, ...]  # config key, e.g. ("flags", "plugin", "deviceIDStrategy"); () = not in the file
-    kind: Literal["str", "bool", "list"]
+    kind: Literal["str", "bool", "list", "int", "float"]
     help: str
     aliases: tuple[str, ...] = ()
     # NVIDIA's imex.* keys: the flag overwrites the file only when given, never with its default.
@@ -295,6 +295,38 @@ FLAGS: tuple[FlagSpec, ...] = (
         "Honour `resources` and the `rename`/`devices` of shared resources (NVIDIA ignores them).",
     ),
     FlagSpec(
+        "http-port",
+        ("KUBEGPU_HTTP_PORT",),
+        0,
+        (),
+        "int",
+        "Serve /healthz, /readyz and /metrics on this TCP port; 0 (the default) serves nothing.",
+    ),
+    FlagSpec(
+        "http-address",
+        ("KUBEGPU_HTTP_ADDRESS",),
+        "",
+        (),
+        "str",
+        "Address the HTTP endpoint listens on; empty means every interface.",
+    ),
+    FlagSpec(
+        "pod-resources-socket",
+        ("KUBEGPU_POD_RESOURCES_SOCKET",),
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        (),
+        "str",
+        'The kubelet\'s PodResources API, for the which-pod-holds-which-GPU metric; "" turns it off.',
+    ),
+    FlagSpec(
+        "health-grace-period",
+        ("KUBEGPU_HEALTH_GRACE_SECONDS",),
+        60.0,
+        (),
+        "float",
+        "Seconds a resource may stay unregistered (start, kubelet restart) before /healthz fails.",
+    ),
+    FlagSpec(
         "mps-client-limits",
         ("KUBEGPU_MPS_CLIENT_LIMITS",),
         True,
@@ -465,6 +497,10 @@ class PluginSettings:
     warnings: tuple[str, ...] = ()
     allow_customization: bool = False
     mps_client_limits: bool = True
+    http_port: int = 0
+    http_address: str = ""
+    pod_resources_socket: str = ""
+    health_grace_s: float = 60.0
 
     @property
     def flags(self) -> Flags:
@@ -521,6 +557,12 @@ def validate(settings: PluginSettings) -> None:
             "unable to validate flags: " + "; ".join(problems),
             [f"unable to validate flags: {p}" for p in problems],
         )
+
+
+def _value(flags: Mapping[str, FlagValue], name: str) -> Any:
+    """A flag's value, or its default when the caller did not pass it (e.g. tests, other commands)."""
+    given = flags.get(name)
+    return given.value if given is not None else next(s.default for s in FLAGS if s.name == name)
 
 
 def flag_enabled(flags: Mapping[str, FlagValue], name: str) -> bool:
@@ -586,6 +628,10 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
         warnings=tuple(warnings),
         allow_customization=flag_enabled(flags, "allow-resource-customization"),
         mps_client_limits=flags["mps-client-limits"].value if "mps-client-limits" in flags else True,
+        http_port=int(_value(flags, "http-port")),
+        http_address=str(_value(flags, "http-address")),
+        pod_resources_socket=str(_value(flags, "pod-resources-socket")),
+        health_grace_s=float(_value(flags, "health-grace-period")),
     )
     validate(settings)
     return settings

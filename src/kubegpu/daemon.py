@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,13 @@ from kubegpu.discovery import discover, explain_nvml_error
 from kubegpu.driver import CONTROL_DEVICES, ImexChannelError, imex_channels
 from kubegpu.filewatch import watch_file
 from kubegpu.health import ALL_GPUS, Fault, HealthEvent, HealthMonitor, HealthSettings, HealthSettingsError
+from kubegpu.httpserver import HttpServer
 from kubegpu.inventory import GpuLink, Health, Inventory
+from kubegpu.metrics import PluginMetrics
 from kubegpu.mps import CONTAINER_ROOT, mps_daemon_alive
 from kubegpu.nvml import NvmlBackend, load_nvml
-from kubegpu.registrar import Registrar
+from kubegpu.podresources import PodResourcesClient
+from kubegpu.registrar import KubeletId, Registrar, Registration, kubelet_identity
 from kubegpu.resources import Resource, ResourceError, ResourceOptions, build_resources, parse_mig_minors
 from kubegpu.server import ResourceServer
 from kubegpu.xids import XidCatalogError
@@ -111,7 +115,26 @@ class Daemon:
         self.plugin_dir = Path(
             os.path.dirname(kubelet) if kubelet else os.path.dirname(DEFAULT_KUBELET_SOCKET)
         )
-        self.registrar = Registrar(self.plugin_dir, Path(kubelet) if kubelet else None)
+        self.started_at = time.monotonic()
+        self._discovered = False  # the first discovery has finished (GPUs found or not)
+        pod_resources = settings.pod_resources_socket
+        self.metrics = PluginMetrics(
+            status=self, pod_resources=PodResourcesClient(pod_resources) if pod_resources else None
+        )
+        self.registrar = Registrar(
+            self.plugin_dir, Path(kubelet) if kubelet else None, on_registered=self.metrics.registered
+        )
+        self.http = (
+            HttpServer(
+                self,
+                self.metrics,
+                port=settings.http_port,
+                host=settings.http_address or None,
+                grace_s=settings.health_grace_s,
+            )
+            if settings.http_port
+            else None
+        )
         self.inventory = Inventory()
         self._nvml_up = False
         self._monitor: HealthMonitor | None = None
@@ -146,6 +169,9 @@ class Daemon:
             log.info("Skipping registration with Kubelet")
         try:
             await self.registrar.start()
+            if self.http is not None:
+                await self.http.start()
+                log.info("serving /healthz, /readyz and /metrics on port %d", self.http.port)
             await self._start_devices()
             self._spawn(self._apply_health_reports())
             if self.settings.config_file:
@@ -165,6 +191,8 @@ class Daemon:
         task.add_done_callback(self._tasks.remove)
 
     async def shutdown(self) -> None:
+        if self.http is not None:
+            await self.http.close()
         await asyncio.to_thread(self._stop_monitor)
         for task in list(self._tasks):
             task.cancel()
@@ -179,6 +207,7 @@ class Daemon:
     async def _start_devices(self) -> None:
         """Discover and serve. Without devices, keep retrying in the background (failOnInitError=false)."""
         inventory = await self._discover()
+        self._discovered = True
         if inventory is None or not inventory.gpus:
             log.warning("%s", NO_DEVICES)
             self._spawn(self._retry_discovery())
@@ -224,12 +253,13 @@ class Daemon:
         except ResourceError as err:
             raise StartupError(str(err)) from err
         resources = await self._serveable(resources)
+        self.metrics.update_resources(resources)
         current = {s.name: s for s in self.registrar.servers}
         servers = []
         for resource in resources:
             server = current.get(resource.name)
             if server is None:
-                server = ResourceServer(resource, self.plugin_dir, options, self._links)
+                server = ResourceServer(resource, self.plugin_dir, options, self._links, metrics=self.metrics)
             else:  # unchanged name: update in place, no restart and no re-registration
                 server.options = options
                 await server.update(resource)
@@ -244,6 +274,22 @@ class Daemon:
         # Arm health events before the kubelet can see the devices, so no early XID slips through.
         await self._start_monitor(inventory)
         await self.registrar.set_servers(servers)
+
+    # --- what the health endpoints and metrics read ------------------------------------------------
+
+    def expected_resources(self) -> Sequence[str] | None:
+        if not self._discovered:
+            return None
+        if self.registrar.kubelet_socket is None:
+            return ()  # registration switched off: nothing to check
+        return [s.name for s in self.registrar.servers]
+
+    def registration(self, resource: str) -> Registration | None:
+        return self.registrar.state.get(resource)
+
+    def current_kubelet(self) -> KubeletId | None:
+        socket = self.registrar.kubelet_socket
+        return kubelet_identity(socket) if socket is not None else None
 
     def _links(self) -> Mapping[tuple[int, int], GpuLink]:
         return self.inventory.link_map()
@@ -310,7 +356,9 @@ class Daemon:
             if events:
                 loop.call_soon_threadsafe(self._health_queue.put_nowait, events)
 
-        self._monitor = HealthMonitor(self.nvml, inventory, self.health_settings, emit, faults=self._faults)
+        self._monitor = HealthMonitor(
+            self.nvml, inventory, self.health_settings, emit, faults=self._faults, on_xid=self.metrics.xid
+        )
         await asyncio.to_thread(self._monitor.start)
 
     def _stop_monitor(self) -> None:
@@ -336,7 +384,9 @@ class Daemon:
         if inventory is self.inventory:
             return
         self.inventory = inventory
-        for resource in self._build(inventory):
+        resources = self._build(inventory)
+        self.metrics.update_resources(resources)
+        for resource in resources:
             for server in self.registrar.servers:
                 if server.name == resource.name and await server.update(resource):
                     log.info(

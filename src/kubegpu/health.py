@@ -102,12 +102,14 @@ class HealthMonitor:
         emit: Callable[[Sequence[HealthEvent]], None],
         *,
         faults: Mapping[str, Fault] | None = None,
+        on_xid: Callable[[int, str | None], None] | None = None,
     ) -> None:
         self._nvml = nvml
         self._inventory = inventory
         self._settings = settings
         self._classifier = settings.classifier
         self._emit = emit
+        self._on_xid = on_xid  # every XID, acted on or not (metrics); called from this thread
         self._stop = threading.Event()
         self._armed = threading.Event()  # set once every GPU is registered for events (or given up on)
         self._thread: threading.Thread | None = None
@@ -216,10 +218,14 @@ class HealthMonitor:
             try:
                 uuid = nvml.nvmlDeviceGetUUID(data.device)
             except nvml.NVMLError as err:
+                if self._on_xid is not None:
+                    self._on_xid(xid, None)
                 log.error("%s on a GPU we cannot identify (%s); marking all GPUs unhealthy", described, err)
                 for u in self._index:
                     self._fault(u, XidAction.RESET_GPU, f"{described} on an unidentified GPU", xid)
                 return HealthEvent(ALL_GPUS, Health.failed(f"{described} on an unidentified GPU", xid))
+        if self._on_xid is not None:
+            self._on_xid(xid, uuid)
         if uuid not in self._index:
             log.info("ignoring %s on GPU %s, which this plugin does not manage", described, uuid)
             return None

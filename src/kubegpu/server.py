@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -27,6 +28,9 @@ from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 from kubegpu.inventory import GpuLink
 from kubegpu.preferred import PreferredAllocationError, preferred_devices
 from kubegpu.resources import Resource
+
+if TYPE_CHECKING:  # metrics imports the registrar, which imports this module
+    from kubegpu.metrics import PluginMetrics
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +73,14 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         options: AllocateOptions,
         links: Callable[[], Mapping[tuple[int, int], GpuLink]],
         on_allocate: Callable[[Resource, list[str]], None] | None = None,
+        metrics: PluginMetrics | None = None,
     ) -> None:
         self.resource = resource
         self.socket_path = plugin_dir / resource.socket_name
         self._options = options
         self._links = links
         self._on_allocate = on_allocate
+        self._metrics = metrics
         self._server: grpc.aio.Server | None = None
         self._socket_inode: int | None = None
         self._changed = asyncio.Condition()
@@ -172,6 +178,8 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
                     policy=self._options.shared_allocation_policy,
                 )
             except PreferredAllocationError as err:
+                if self._metrics is not None:
+                    self._metrics.allocation_failed(self.name, "GetPreferredAllocation")
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
@@ -190,11 +198,15 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
                 validate_request(self.resource, ids)
             except AllocationRequestError as err:
                 log.warning("refusing Allocate for %s: %s", self.name, err)
+                if self._metrics is not None:
+                    self._metrics.allocation_failed(self.name)
                 code = grpc.StatusCode.UNKNOWN if err.nvidia_compatible else grpc.StatusCode.INVALID_ARGUMENT
                 await context.abort(code, str(err))
             responses.append(to_proto(allocate_container(self.resource, ids, self._options)))
             if self._on_allocate is not None:
                 self._on_allocate(self.resource, ids)
+            if self._metrics is not None:
+                self._metrics.allocated(self.name, len(ids))
         return api_pb2.AllocateResponse(container_responses=responses)
 
     async def PreStartContainer(self, request, context):

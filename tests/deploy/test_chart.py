@@ -171,7 +171,7 @@ def test_defaults_render_the_plugin_alone_on_gpu_nodes(chart: helmlite.Chart) ->
         ({"deviceIDStrategy": "index"}, {"DEVICE_ID_STRATEGY": "index"}),
         ({"nvidiaDriverRoot": "/run/nvidia/driver"}, {"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver"}),
         ({"nvidiaDevRoot": "/"}, {"NVIDIA_DEV_ROOT": "/"}),
-        ({"health": {"port": 8080}}, {"KUBEGPU_HEALTH_PORT": "8080"}),
+        ({"health": {"port": 8080}}, {"KUBEGPU_HTTP_PORT": "8080"}),
     ],
 )
 def test_values_become_the_plugins_env_vars(
@@ -187,9 +187,8 @@ def test_every_env_var_of_the_plugin_means_something_to_it(chart: helmlite.Chart
     from kubegpu.config import FLAGS
 
     known = {e for spec in FLAGS for e in spec.envvars}
-    # Read by the NVIDIA container runtime, not the plugin; KUBEGPU_HEALTH_PORT is pending (issue 5).
+    # Read by the NVIDIA container runtime, not the plugin.
     known |= {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_MONITOR_DEVICES"}
-    known |= {"KUBEGPU_HEALTH_PORT"}
     everything = {
         "migStrategy": "mixed",
         "failOnInitError": True,

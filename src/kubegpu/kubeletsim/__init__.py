@@ -4,6 +4,8 @@ It speaks the real Device Plugin API v1beta1 on real unix sockets and follows th
 (see shared/spec/kubelet-device-plugin-api.md): registration checks and dial-back, ListAndWatch as the
 complete device list, capacity vs allocatable, restart wiping the socket directory, the checkpoint, and
 pod admission with GetPreferredAllocation, one Allocate per container per resource, and PreStartContainer.
+It also serves the PodResources API v1 (which pod and container hold which device) next to the
+device-plugin directory, as the kubelet does: `<root>/pod-resources/kubelet.sock` for `<root>/device-plugins`.
 
     async with KubeletSimulator(Path("/tmp/dp"), on_event=Narrator()) as sim:
         ...  # start a plugin that registers on /tmp/dp/kubelet.sock

@@ -43,8 +43,11 @@ async def _serve(plugin_dir: Path, as_json: bool, grace_period: float) -> None:
         except (RuntimeError, ValueError, OSError) as err:
             raise click.ClickException(str(err)) from None
         if not as_json:
+            pod_resources = (
+                f"PodResources API on {sim.pod_resources_socket}. " if sim.pod_resources_socket else ""
+            )
             console.print(
-                f"Point the plugin at --kubelet-socket {sim.socket_path}. "
+                f"Point the plugin at --kubelet-socket {sim.socket_path}. {pod_resources}"
                 "SIGHUP restarts the kubelet, Ctrl-C or SIGTERM stops it.",
                 style="dim",
             )

@@ -30,6 +30,7 @@ class Pod:
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     containers: Sequence[Container] = ()
     init_containers: Sequence[Container] = ()
+    namespace: str = "default"  # only reported (PodResources); pods are keyed by name in the simulator
 
     def __post_init__(self) -> None:
         names = [c.name for c in (*self.init_containers, *self.containers)]

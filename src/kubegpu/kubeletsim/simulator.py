@@ -1,4 +1,5 @@
-"""A kubelet, as far as device plugins can tell: kubelet.sock, the device manager, node status, pods.
+"""A kubelet, as far as device plugins can tell: kubelet.sock, the device manager, node status, pods,
+and the PodResources API that node agents read.
 
 `KubeletSimulator` ties the pieces together on one asyncio loop and is what tests, benchmarks and
 `kubegpu demo` drive. The node status is synced on every change (the kubelet does it every ~10 s), so
@@ -20,11 +21,13 @@ from .endpoint import DIAL_TIMEOUT, PRE_START_CONTAINER_TIMEOUT, RpcRecord
 from .errors import AdmissionError, ContainerStartError, DeviceManagerError
 from .events import EventKind, EventListener, EventLog, SimEvent
 from .nodestatus import NodeStatus
+from .podresources import POD_RESOURCES_DIR, POD_RESOURCES_SOCKET, PodResourcesServer
 from .pods import ContainerAllocation, Pod, PodAllocation, RunContainerOptions
 from .predicate import check_node_fit
 from .registration import KUBELET_SOCKET, RegistrationServer
 
 _MAX_UNIX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
+_DEVICE_PLUGINS_DIR = "device-plugins"
 
 
 class KubeletSimulator:
@@ -36,8 +39,15 @@ class KubeletSimulator:
         dial_timeout: float = DIAL_TIMEOUT,
         stop_grace_period: float = ENDPOINT_STOP_GRACE_PERIOD,
         prestart_timeout: float = PRE_START_CONTAINER_TIMEOUT,
+        pod_resources_socket: Path | str | None = None,
     ) -> None:
+        """`pod_resources_socket`: where to serve the PodResources API. By default the kubelet's layout:
+        `<root>/pod-resources/kubelet.sock` when `plugin_dir` is `<root>/device-plugins`, and not at all
+        for any other directory (two simulators in sibling directories would share the socket)."""
         self.plugin_dir = Path(plugin_dir).absolute()
+        if pod_resources_socket is None and self.plugin_dir.name == _DEVICE_PLUGINS_DIR:
+            pod_resources_socket = self.plugin_dir.parent / POD_RESOURCES_DIR / POD_RESOURCES_SOCKET
+        self.pod_resources_socket = None if pod_resources_socket is None else Path(pod_resources_socket)
         self.dial_timeout = dial_timeout
         self.stop_grace_period = stop_grace_period
         self.prestart_timeout = prestart_timeout
@@ -48,6 +58,7 @@ class KubeletSimulator:
         self._node = NodeStatus()
         self._manager: DeviceManager | None = None
         self._server: RegistrationServer | None = None
+        self._pod_resources: PodResourcesServer | None = None
         self._pods: dict[str, Pod] = {}
         self._run_options: dict[tuple[str, str], RunContainerOptions] = {}
         self._admission = asyncio.Lock()  # the kubelet admits pods one at a time
@@ -96,6 +107,15 @@ class KubeletSimulator:
             manager.close()
             raise
         self._manager, self._server = manager, server
+        if self.pod_resources_socket is not None:
+            self._pod_resources = PodResourcesServer(
+                self.pod_resources_socket, pods=lambda: self._pods.values(), manager=lambda: self._manager
+            )
+            try:
+                await self._pod_resources.start()
+            except BaseException:
+                await self.stop()
+                raise
         waiting = sorted(r for r in manager.resources() if not self.registered(r))
         self._log.emit(
             EventKind.KUBELET_STARTED,
@@ -113,6 +133,9 @@ class KubeletSimulator:
             return
         server, self._server = self._server, None
         await server.stop()
+        if self._pod_resources is not None:
+            await self._pod_resources.stop()
+            self._pod_resources = None
         if self._manager is not None:
             self._manager.close()
         self._log.emit(EventKind.KUBELET_STOPPED, "kubelet stopped", socket=str(self.socket_path))

@@ -1,0 +1,367 @@
+"""The plugin's Prometheus metrics, in a registry of their own.
+
+The daemon reports what happens (`update_resources`, `allocated`, `allocation_failed`, `registered`, `xid`);
+what is a state rather than an event is read when Prometheus scrapes: device counts and health from the last
+resources snapshot, registration from the daemon's `RegistrationSource`, and which pod and container hold
+which device from the kubelet's PodResources API. `render()` fetches PodResources first (async, with a
+short deadline, on the daemon's loop) and then formats; a PodResources failure becomes
+`kubegpu_pod_resources_up 0` and a count by reason, never a failed scrape.
+
+Labels stay bounded: resource names, device IDs of this node, XID codes, GPU UUIDs, and the node's pods.
+`uuid` is the GPU (or MIG device) a device lives on, so these series join DCGM-exporter's `UUID` label.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Protocol
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from kubegpu import __version__
+from kubegpu.api.podresources.v1 import api_pb2
+from kubegpu.podresources import UNEXPECTED, PodResourcesClient, PodResourcesError, device_holders
+from kubegpu.registrar import KubeletId, Registration
+from kubegpu.resources import REPLICA_SEPARATOR, Resource
+
+log = logging.getLogger(__name__)
+
+PREFIX = "kubegpu"
+# Re-registration after a kubelet restart takes milliseconds when all is well; the kubelet may spend up to
+# 10 s dialing back, and the registrar backs off up to 5 s between failures.
+REREGISTRATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+POD_RESOURCES_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+UNKNOWN_GPU = "unknown"
+OPENMETRICS_EOF = b"# EOF\n"
+
+
+class RegistrationSource(Protocol):
+    """What the metrics and the health endpoints read from the daemon, at scrape or probe time."""
+
+    def expected_resources(self) -> Sequence[str] | None:
+        """Resources that should be registered now; None while the first discovery is still running, ()
+        when there is nothing to register (no devices, or registration switched off)."""
+        ...
+
+    def registration(self, resource: str) -> Registration | None:
+        """The registrar's record for `resource` (Registrar.state.get(resource))."""
+        ...
+
+    def current_kubelet(self) -> KubeletId | None:
+        """The identity of the kubelet serving kubelet.sock now (registrar.kubelet_identity); None: none."""
+        ...
+
+
+def is_registered(source: RegistrationSource, resource: str, kubelet: KubeletId | None) -> bool:
+    """Registered with the kubelet running now: a record of an earlier kubelet does not count."""
+    reg = source.registration(resource)
+    return kubelet is not None and reg is not None and reg.registered_with == kubelet
+
+
+def physical_uuid(device_id: str) -> str:
+    """The GPU behind a device ID the plugin did not describe itself (a replica ID without its suffix)."""
+    return device_id.split(REPLICA_SEPARATOR, 1)[0]
+
+
+class _Callback:
+    """A collector that calls `collect` at scrape time."""
+
+    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        self.collect = collect
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # the registry does not check names; these are ours alone
+
+
+def _escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class PodDeviceInfo:
+    """kubegpu_pod_device_info: which pod and container hold which of our devices.
+
+    On a big node these are most of the series, and prometheus_client takes ~4 ms to format 384 of them:
+    for every sample it validates and escapes each label name, which for our six fixed names is wasted.
+    So this family is formatted here, byte for byte as prometheus_client formats it in both the text and
+    the OpenMetrics format (tests/test_metrics.py holds us to that), in ~0.6 ms; and only when the kubelet's
+    answer or our resources changed since the last scrape, which is seldom."""
+
+    NAME = f"{PREFIX}_pod_device_info"
+    HELP = "Which pod and container hold which device (value 1), from the kubelet's PodResources API."
+    LABELS = ("container", "device_id", "namespace", "pod", "resource", "uuid")  # sorted, as the library
+
+    def __init__(self) -> None:
+        self._answer: api_pb2.ListPodResourcesResponse | None = None  # what `text` was built from
+        self.text = self._format([])
+
+    def clear(self) -> None:
+        self._answer = None
+        self.text = self._format([])
+
+    def forget_answer(self) -> None:
+        """Our resources changed: rebuild from the next answer even if it is the same."""
+        self._answer = None
+
+    def update(
+        self, answer: api_pb2.ListPodResourcesResponse, served: Mapping[str, Mapping[str, str]]
+    ) -> None:
+        """`served`: resource -> device id -> GPU/MIG UUID, for each resource we serve; other plugins'
+        resources are left out. A device we no longer list (a reload changed the replicas) is still held:
+        it stays, with the UUID read from its ID."""
+        if self._answer is not None and answer == self._answer:
+            return
+        rows: list[tuple[str, str, str, str, str, str]] = []
+        for h in device_holders(answer):
+            uuids = served.get(h.resource)
+            if uuids is not None:
+                uuid = uuids.get(h.device_id) or physical_uuid(h.device_id)
+                rows.append((h.container, h.device_id, h.namespace, h.pod, h.resource, uuid))
+        self._answer = answer
+        self.text = self._format(rows)
+
+    @classmethod
+    def _format(cls, rows: Iterable[tuple[str, str, str, str, str, str]]) -> bytes:
+        e = _escape_label_value
+        lines = [f"# HELP {cls.NAME} {cls.HELP}\n# TYPE {cls.NAME} gauge\n"]
+        for container, device_id, namespace, pod, resource, uuid in rows:  # LABELS, in this order
+            lines.append(
+                f'{cls.NAME}{{container="{e(container)}",device_id="{e(device_id)}",'
+                f'namespace="{e(namespace)}",pod="{e(pod)}",resource="{e(resource)}",uuid="{e(uuid)}"}} 1.0\n'
+            )
+        return "".join(lines).encode()
+
+
+class PluginMetrics:
+    def __init__(
+        self,
+        *,
+        status: RegistrationSource | None = None,
+        pod_resources: PodResourcesClient | None = None,
+        version: str = __version__,
+        process_metrics: bool = True,
+    ) -> None:
+        self.status = status
+        self.pod_resources = pod_resources
+        self.registry = CollectorRegistry()
+        r = self.registry
+        Info(f"{PREFIX}_build", "kubegpu build and runtime versions.", registry=r).info(
+            {
+                "version": version,
+                "python_version": platform.python_version(),
+                "grpc_version": grpc.__version__,
+            }
+        )
+        self._allocations = Counter(
+            f"{PREFIX}_allocations",
+            "Container allocations served (one per container request).",
+            ["resource"],
+            registry=r,
+        )
+        self._allocated_devices = Counter(
+            f"{PREFIX}_allocated_devices", "Devices handed out by Allocate.", ["resource"], registry=r
+        )
+        self._allocation_errors = Counter(
+            f"{PREFIX}_allocation_errors",
+            "Allocate or GetPreferredAllocation requests refused.",
+            ["resource", "rpc"],
+            registry=r,
+        )
+        self._registrations = Counter(
+            f"{PREFIX}_registrations", "Successful registrations with the kubelet.", ["resource"], registry=r
+        )
+        self._reregistrations = Counter(
+            f"{PREFIX}_reregistrations",
+            "Registrations after the first one (kubelet restarts, reloads).",
+            ["resource"],
+            registry=r,
+        )
+        self._reregistration_latency = Histogram(
+            f"{PREFIX}_reregistration_latency_seconds",
+            "From the event that required registering again (e.g. a new kubelet.sock) to registered.",
+            ["resource"],
+            buckets=REREGISTRATION_BUCKETS,
+            registry=r,
+        )
+        self._xids = Counter(
+            f"{PREFIX}_xid_errors", "XID events by code and GPU.", ["xid", "uuid"], registry=r
+        )
+        self._transitions = Counter(
+            f"{PREFIX}_health_transitions",
+            "Devices that changed health, by the health they changed to.",
+            ["resource", "direction"],
+            registry=r,
+        )
+        self._pod_resources_errors = Counter(
+            f"{PREFIX}_pod_resources_errors",
+            "Failed reads of the kubelet's PodResources API, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self._pod_resources_latency = Histogram(
+            f"{PREFIX}_pod_resources_list_duration_seconds",
+            "Time taken by the kubelet's PodResources List.",
+            buckets=POD_RESOURCES_BUCKETS,
+            registry=r,
+        )
+        if process_metrics:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+        r.register(_Callback(self._collect_state))
+        self._resources: tuple[Resource, ...] = ()
+        self._health: dict[str, dict[str, bool]] = {}  # resource -> device id -> healthy
+        self._uuids: dict[str, dict[str, str]] = {}  # resource -> device id -> GPU/MIG UUID
+        self._registered_once: set[str] = set()
+        self._pod_devices = PodDeviceInfo()
+        self._pod_resources_read = False  # the last attempt succeeded
+        self._pod_resources_error: PodResourcesError | None = None  # the last failure, until a success
+
+    # --- what the daemon reports ----------------------------------------------------------------------
+
+    def update_resources(self, resources: Iterable[Resource]) -> None:
+        """The resources now served (after every build_resources: start, health change, reload). Device
+        health flips against the previous snapshot are counted as transitions."""
+        self._resources = tuple(resources)
+        self._uuids = {r.name: {d.id: d.uuid for d in r.devices} for r in self._resources}
+        self._pod_devices.forget_answer()
+        health = {r.name: {d.id: d.health.healthy for d in r.devices} for r in self._resources}
+        for name, devices in health.items():
+            for direction in ("healthy", "unhealthy"):
+                self._transitions.labels(name, direction)  # a zero series from the start, for rate()
+            self._allocations.labels(name)
+            self._allocated_devices.labels(name)
+            before = self._health.get(name, {})
+            for device_id, healthy in devices.items():
+                was = before.get(device_id)
+                if was is not None and was != healthy:
+                    self._transitions.labels(name, "healthy" if healthy else "unhealthy").inc()
+        self._health = health
+
+    def allocated(self, resource: str, devices: int) -> None:
+        """One container request served by Allocate (ResourceServer's on_allocate)."""
+        self._allocations.labels(resource).inc()
+        self._allocated_devices.labels(resource).inc(devices)
+
+    def allocation_failed(self, resource: str, rpc: str = "Allocate") -> None:
+        """A refused request; `rpc` is "Allocate" or "GetPreferredAllocation"."""
+        self._allocation_errors.labels(resource, rpc).inc()
+
+    def registered(self, resource: str, latency_s: float) -> None:
+        """A successful registration; same signature as Registrar's `on_registered`."""
+        self._registrations.labels(resource).inc()
+        if resource in self._registered_once:
+            self._reregistrations.labels(resource).inc()
+            self._reregistration_latency.labels(resource).observe(latency_s)
+        self._registered_once.add(resource)
+
+    def xid(self, code: int, gpu_uuid: str | None) -> None:
+        """An XID event from NVML; `gpu_uuid` None when NVML could not say which GPU."""
+        self._xids.labels(str(code), gpu_uuid or UNKNOWN_GPU).inc()
+
+    # --- scraping -------------------------------------------------------------------------------------
+
+    async def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The exposition for one scrape and its content type (OpenMetrics when `accept` asks for it).
+
+        `self.registry` holds every series but kubegpu_pod_device_info, which this adds (see
+        PodDeviceInfo); call this rather than formatting the registry."""
+        if self.pod_resources is not None:
+            await self._refresh_pod_resources(self.pod_resources)
+        encoder, content_type = choose_encoder(accept or "")
+        body = encoder(self.registry)
+        if self.pod_resources is None:
+            return body, content_type
+        pods = self._pod_devices.text
+        if body.endswith(OPENMETRICS_EOF):  # OpenMetrics: every family comes before the end marker
+            return body[: -len(OPENMETRICS_EOF)] + pods + OPENMETRICS_EOF, content_type
+        return body + pods, content_type
+
+    async def _refresh_pod_resources(self, client: PodResourcesClient) -> None:
+        started = time.perf_counter()
+        try:
+            response = await client.list()
+        except PodResourcesError as err:
+            self._pod_resources_failed(err)
+            return
+        except Exception as err:  # a scrape must not fail because the kubelet said something odd
+            log.exception("reading PodResources failed unexpectedly")
+            self._pod_resources_failed(PodResourcesError(UNEXPECTED, f"unexpected error: {err!r}"))
+            return
+        self._pod_resources_latency.observe(time.perf_counter() - started)
+        if self._pod_resources_error is not None:
+            log.info("the PodResources API on %s answers again", client.socket)
+            self._pod_resources_error = None
+        self._pod_resources_read = True
+        self._pod_devices.update(response, self._uuids)
+
+    def _pod_resources_failed(self, err: PodResourcesError) -> None:
+        self._pod_resources_errors.labels(err.reason).inc()
+        if self._pod_resources_error is None or self._pod_resources_error.reason != err.reason:
+            log.warning("cannot tell which pods hold which GPUs: %s", err)  # once per kind of failure
+        self._pod_resources_error = err
+        self._pod_resources_read = False
+        self._pod_devices.clear()  # stale holders would be wrong; no series is honest
+
+    def _collect_state(self) -> Iterator[Metric]:
+        yield from self._device_families()
+        if self.status is not None:
+            yield from self._registration_families(self.status)
+        if self.pod_resources is not None:
+            yield from self._pod_families()
+
+    def _device_families(self) -> Iterator[Metric]:
+        counts = GaugeMetricFamily(
+            f"{PREFIX}_devices", "Devices served, by resource and health.", labels=["resource", "health"]
+        )
+        # Per GPU or MIG device, not per device ID: replicas share their GPU's health, and 48 identical
+        # series per GPU would only slow the scrape down.
+        healthy = GaugeMetricFamily(
+            f"{PREFIX}_device_healthy",
+            "1 while the GPU or MIG device is reported Healthy to the kubelet, else 0.",
+            labels=["resource", "uuid"],
+        )
+        for r in self._resources:
+            up = r.healthy_count
+            counts.add_metric([r.name, "healthy"], up)
+            counts.add_metric([r.name, "unhealthy"], len(r.devices) - up)
+            by_uuid: dict[str, bool] = {}
+            for d in r.devices:
+                by_uuid[d.uuid] = by_uuid.get(d.uuid, True) and d.health.healthy
+            for uuid, ok in by_uuid.items():
+                healthy.add_metric([r.name, uuid], 1 if ok else 0)
+        yield counts
+        yield healthy
+
+    def _registration_families(self, status: RegistrationSource) -> Iterator[Metric]:
+        registered = GaugeMetricFamily(
+            f"{PREFIX}_registered",
+            "1 while the resource is registered with the kubelet running now, else 0.",
+            labels=["resource"],
+        )
+        failures = CounterMetricFamily(
+            f"{PREFIX}_registration_failures",
+            "Failed registration attempts since the resource was last (re)configured.",
+            labels=["resource"],
+        )
+        kubelet = status.current_kubelet()
+        for resource in status.expected_resources() or ():
+            registered.add_metric([resource], 1 if is_registered(status, resource, kubelet) else 0)
+            reg = status.registration(resource)
+            failures.add_metric([resource], reg.failures if reg is not None else 0)
+        yield registered
+        yield failures
+
+    def _pod_families(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            f"{PREFIX}_pod_resources_up",
+            "1 when this scrape read the kubelet's PodResources API, 0 when it could not.",
+        )
+        up.add_metric([], 1 if self._pod_resources_read else 0)
+        yield up
