@@ -252,14 +252,21 @@ async def test_bad_requests_get_grpc_errors_and_the_daemon_keeps_serving(running
 
 
 async def test_reset_class_fault_recovers_at_the_kubelet() -> None:
-    env = {"KUBEGPU_RECOVERY_QUIET_SECONDS": "0.5", "KUBEGPU_HEALTH_PROBE_SECONDS": "0.1"}
+    env = {"KUBEGPU_RECOVERY_QUIET_SECONDS": "1.5", "KUBEGPU_HEALTH_PROBE_SECONDS": "0.1"}
     async with SimulatedNode("dgx-a100", env=env) as node:
         node.start_plugin()
         await node.wait_allocatable(8)
-        node.inject("--gpu", "4", "--xid", "48")
+        mark = node.sim.last_seq
         node.inject("--gpu", "5", "--xid", "154")  # reboot-class: stays out
-        await node.wait_allocatable(6)
-        await node.wait_allocatable(7, timeout=10)
+        node.inject("--gpu", "4", "--xid", "48")  # reset-class: comes back after the quiet period
+        await node.sim.wait_for_event(
+            EventKind.DEVICES_UPDATED,
+            resource=GPU_RESOURCE,
+            after=mark,
+            where=lambda e: UUIDS[4] in e.data["unhealthy"],
+            timeout=10,
+        )
+        await node.wait_allocatable(7, timeout=15)
         devices = node.sim.devices(GPU_RESOURCE)
         assert devices[UUIDS[4]].health == "Healthy" and devices[UUIDS[5]].health == "Unhealthy"
         log = node.plugin_log()
