@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from kubegpu.toolkit.cli import doctor
 from kubegpu.toolkit.doctor_cluster import doctor_cluster
-from kubegpu.toolkit.model import DaemonSet, Node, Pod
+from kubegpu.toolkit.model import DaemonSet, Node, Pod, Taint
 from kubegpu.toolkit.snapshot import Snapshot, load_snapshot
 
 from .paths import CLUSTER
@@ -140,3 +140,17 @@ def test_human_output_and_usage() -> None:
         doctor, ["--cluster", "--snapshot", str(CLUSTER.parent / "manifests/broken.yaml")]
     )
     assert result.exit_code == 2 and "kubectl get nodes,pods" in result.output
+
+
+def test_cordoned_gpu_node_is_not_blamed_on_its_unschedulable_taint() -> None:
+    # DaemonSet pods tolerate node.kubernetes.io/unschedulable (the controller adds it), so a cordoned GPU
+    # node without a plugin pod is missing it for another reason, never "because of the taint".
+    snap = load_snapshot(CLUSTER)
+    t4_3 = next(n for n in snap.nodes if n.metadata.name == "t4-3")
+    t4_3.spec.taints = [
+        *(t4_3.spec.taints or []),
+        Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule"),
+    ]
+    snap.pods = [p for p in snap.pods if p.spec.node_name != "t4-3" or "device-plugin" not in p.metadata.name]
+    coverage = [f for f in doctor_cluster(snap) if f.check == "plugin-coverage" and f.object == "node/t4-3"]
+    assert coverage and all("unschedulable" not in f.evidence for f in coverage)

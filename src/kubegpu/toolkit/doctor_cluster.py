@@ -14,7 +14,17 @@ from dataclasses import dataclass
 from kubegpu.toolkit import resources as res
 from kubegpu.toolkit.cluster_facts import is_plugin_daemonset
 from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, ordered
-from kubegpu.toolkit.model import DaemonSet, Node, Pod, PodLite, condition, limits, node_ready, ref
+from kubegpu.toolkit.model import (
+    DaemonSet,
+    Node,
+    Pod,
+    PodLite,
+    Toleration,
+    condition,
+    limits,
+    node_ready,
+    ref,
+)
 from kubegpu.toolkit.scheduling import selector_matches, untolerated
 from kubegpu.toolkit.snapshot import Snapshot
 
@@ -316,6 +326,20 @@ def _check_crashloops(ds_ref: str, pods: list[PodLite], nodes_by_name: dict[str,
         )
 
 
+# The DaemonSet controller adds these tolerations to every DaemonSet pod, so these taints never keep one off.
+DAEMONSET_DEFAULT_TOLERATIONS = [
+    Toleration(key=f"node.kubernetes.io/{key}", operator="Exists", effect=effect)
+    for key, effect in (
+        ("not-ready", "NoExecute"),
+        ("unreachable", "NoExecute"),
+        ("disk-pressure", "NoSchedule"),
+        ("memory-pressure", "NoSchedule"),
+        ("pid-pressure", "NoSchedule"),
+        ("unschedulable", "NoSchedule"),
+    )
+]
+
+
 def _check_coverage(ds: DaemonSet, ds_ref: str, pods: list[PodLite], nodes: list[Node]) -> Iterator[Finding]:
     covered = {p.spec.node_name for p in pods if p.spec.node_name}
     tmpl = ds.spec.template.spec
@@ -324,7 +348,8 @@ def _check_coverage(ds: DaemonSet, ds_ref: str, pods: list[PodLite], nodes: list
         if not promises_gpus(node) or node.metadata.name in covered:
             continue
         missing += 1
-        taint = untolerated(node.spec.taints or [], list(tmpl.tolerations or []))
+        tolerations = [*(tmpl.tolerations or []), *DAEMONSET_DEFAULT_TOLERATIONS]
+        taint = untolerated(node.spec.taints or [], tolerations)
         if taint is not None:
             why = f"it does not tolerate the node's taint {taint.key}={taint.value or ''}:{taint.effect}"
             toleration = f"{{key: {taint.key}, operator: Exists, effect: {taint.effect}}}"
