@@ -122,6 +122,7 @@ def main() -> int:
         "rss": ["--allocates", str(args.allocates)],
         "sharing_bench": ["--runs", "200"],
         "metrics_bench": ["--scrapes", "300"],
+        "recovery_latency": ["--rounds", "2"],
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
     }

@@ -185,7 +185,9 @@ class HealthMonitor:
                 self._emit(self._probe())
                 next_probe = time.monotonic() + self._settings.probe_interval_s
             try:
-                data = nvml.nvmlEventSetWait_v2(event_set, self._settings.wait_ms)
+                # Wake in time for the next probe, so recovery is never later than one probe interval.
+                until_probe_ms = int(max(0.0, next_probe - time.monotonic()) * 1000) + 1
+                data = nvml.nvmlEventSetWait_v2(event_set, min(self._settings.wait_ms, until_probe_ms))
             except nvml.NVMLError_Timeout:
                 failures = 0
                 continue
