@@ -110,7 +110,10 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self._reload_settings = reload_settings
-        self._backend = backend or load_nvml()
+        try:
+            self._backend = backend or load_nvml()
+        except ValueError as err:  # KUBEGPU_FAKE_NVML names an unknown or broken profile
+            raise StartupError(str(err)) from err
         kubelet = settings.kubelet_socket
         self.plugin_dir = Path(
             os.path.dirname(kubelet) if kubelet else os.path.dirname(DEFAULT_KUBELET_SOCKET)
