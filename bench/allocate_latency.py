@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.common import Result, short_tmpdir, stop_process, summary_ms
+from bench.common import Result, short_tmpdir, spawn_ready, stop_process, summary_ms
 from kubegpu.api.v1beta1 import api_pb2
 
 ECHO_SERVER = """
@@ -57,13 +57,7 @@ asyncio.run(main())
 
 
 def _spawn(code: str, *args: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    ready = proc.stdout.readline().strip()
-    if not ready:
-        stop_process(proc)
-        raise RuntimeError(f"benchmark server exited before it was ready (code {proc.returncode})")
-    return proc, ready
+    return spawn_ready([sys.executable, "-c", code, *args])
 
 
 def run(rounds: int, batch: int) -> Result:

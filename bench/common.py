@@ -101,6 +101,17 @@ def cpu_count() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def spawn_ready(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Start a child that prints one line when it is ready (e.g. its socket path); returns it and the line."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    ready = proc.stdout.readline().strip()
+    if not ready:
+        stop_process(proc)
+        raise RuntimeError(f"benchmark server exited before it was ready (code {proc.returncode})")
+    return proc, ready
+
+
 def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, timeout: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after `timeout`; always reaps. Safe on a process that already exited."""
     if proc is None:

@@ -39,7 +39,17 @@ from pathlib import Path
 
 import grpc
 
-from bench.common import REPO_ROOT, Result, Row, interruptible, ms, short_tmpdir, stop_process, summary_ms
+from bench.common import (
+    REPO_ROOT,
+    Result,
+    Row,
+    interruptible,
+    ms,
+    short_tmpdir,
+    spawn_ready,
+    stop_process,
+    summary_ms,
+)
 from kubegpu.api.v1beta1 import api_pb2
 from kubegpu.discovery import discover, nvml_session
 from kubegpu.inventory import GpuLink, Inventory, LinkLevel
@@ -320,14 +330,7 @@ asyncio.run(main())
 def _serve(
     tmp: Path, count: int, links: list[tuple[int, int, int, int]]
 ) -> tuple[subprocess.Popen[str], str]:
-    argv = [sys.executable, "-c", SERVER, str(tmp), str(REPO_ROOT), json.dumps([count, links])]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    ready = proc.stdout.readline().strip()
-    if not ready:
-        stop_process(proc)
-        raise RuntimeError(f"benchmark server exited before it was ready (code {proc.returncode})")
-    return proc, ready
+    return spawn_ready([sys.executable, "-c", SERVER, str(tmp), str(REPO_ROOT), json.dumps([count, links])])
 
 
 def latency(topology: str, rounds: int, batch: int) -> dict[str, object]:

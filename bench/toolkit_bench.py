@@ -28,29 +28,15 @@ import zlib
 from typing import Any
 
 from bench.common import Result, Row
+from tests.fixtures.toolkit.make_cluster import DEFAULT_TOLERATIONS, TS
 
 RESULTS = Path(__file__).parent / "results"
 PENDING_POD = "team-00/job-000000-" + f"{zlib.crc32(b'0') % 100000:05x}"  # the first pending 8-GPU pod
-TS = "2026-11-20T09:00:00Z"
 POOLS = [  # (share of nodes, pool, GPUs per node, taint)
     (0.45, "a100", 8, {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}),
     (0.15, "h100", 8, {"key": "dedicated", "value": "research", "effect": "NoSchedule"}),
     (0.10, "t4", 4, {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}),
     (0.30, "cpu", 0, None),
-]
-TOLERATIONS = [
-    {
-        "key": "node.kubernetes.io/not-ready",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-    {
-        "key": "node.kubernetes.io/unreachable",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
 ]
 
 
@@ -146,7 +132,7 @@ def _pod(i: int, node: str | None, gpus: int, pool: str | None, phase: str) -> d
     limits: dict[str, str] = {"memory": f"{4 + gpus * 32}Gi"}
     if gpus:
         limits["nvidia.com/gpu"] = str(gpus)
-    tolerations = list(TOLERATIONS)
+    tolerations = list(DEFAULT_TOLERATIONS)
     if pool in ("a100", "t4"):
         tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
     elif pool == "h100":

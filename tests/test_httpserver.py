@@ -17,7 +17,7 @@ from kubegpu.allocate import AllocateOptions
 from kubegpu.httpserver import HealthChecker, HttpServer
 from kubegpu.kubeletsim import KubeletSimulator
 from kubegpu.metrics import PluginMetrics
-from kubegpu.registrar import KubeletId, Registrar, Registration, kubelet_identity
+from kubegpu.registrar import KubeletId, Registrar, Registration
 from kubegpu.resources import build_resources
 from kubegpu.server import ResourceServer
 from tests.builders import make_inventory
@@ -325,11 +325,10 @@ class RegistrarStatus:
         return [s.name for s in self.registrar.servers]
 
     def registration(self, resource: str) -> Registration | None:
-        return self.registrar.state.get(resource)
+        return self.registrar.registration(resource)
 
     def current_kubelet(self) -> KubeletId | None:
-        socket = self.registrar.kubelet_socket
-        return kubelet_identity(socket) if socket is not None else None
+        return self.registrar.current_kubelet()
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -38,7 +38,7 @@ from kubegpu.metrics import PluginMetrics
 from kubegpu.mps import CONTAINER_ROOT, mps_daemon_alive
 from kubegpu.nvml import NvmlBackend, load_nvml
 from kubegpu.podresources import PodResourcesClient
-from kubegpu.registrar import KubeletId, Registrar, Registration, kubelet_identity
+from kubegpu.registrar import KubeletId, Registrar, Registration
 from kubegpu.resources import Resource, ResourceError, ResourceOptions, build_resources, parse_mig_minors
 from kubegpu.server import ResourceServer
 from kubegpu.xids import XidCatalogError
@@ -288,11 +288,10 @@ class Daemon:
         return [s.name for s in self.registrar.servers]
 
     def registration(self, resource: str) -> Registration | None:
-        return self.registrar.state.get(resource)
+        return self.registrar.registration(resource)
 
     def current_kubelet(self) -> KubeletId | None:
-        socket = self.registrar.kubelet_socket
-        return kubelet_identity(socket) if socket is not None else None
+        return self.registrar.current_kubelet()
 
     def _links(self) -> Mapping[tuple[int, int], GpuLink]:
         return self.inventory.link_map()

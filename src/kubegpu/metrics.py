@@ -245,7 +245,7 @@ class PluginMetrics:
         self._health = health
 
     def allocated(self, resource: str, devices: int) -> None:
-        """One container request served by Allocate (ResourceServer's on_allocate)."""
+        """One container request served by Allocate (called by ResourceServer)."""
         self._allocations.labels(resource).inc()
         self._allocated_devices.labels(resource).inc(devices)
 

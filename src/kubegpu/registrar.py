@@ -90,6 +90,13 @@ class Registrar:
             self.state[s.name].registered_with == current and s.running for s in self._servers
         )
 
+    def registration(self, resource: str) -> Registration | None:
+        return self.state.get(resource)
+
+    def current_kubelet(self) -> KubeletId | None:
+        """The identity of the kubelet behind kubelet.sock now; None when there is none (or no socket)."""
+        return kubelet_identity(self.kubelet_socket) if self.kubelet_socket is not None else None
+
     async def set_servers(self, servers: Sequence[ResourceServer]) -> None:
         """Replace the served set (config reload, re-discovery).
 

@@ -72,14 +72,12 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         plugin_dir: Path,
         options: AllocateOptions,
         links: Callable[[], Mapping[tuple[int, int], GpuLink]],
-        on_allocate: Callable[[Resource, list[str]], None] | None = None,
         metrics: PluginMetrics | None = None,
     ) -> None:
         self.resource = resource
         self.socket_path = plugin_dir / resource.socket_name
         self._options = options
         self._links = links
-        self._on_allocate = on_allocate
         self._metrics = metrics
         self._server: grpc.aio.Server | None = None
         self._socket_inode: int | None = None
@@ -203,8 +201,6 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
                 code = grpc.StatusCode.UNKNOWN if err.nvidia_compatible else grpc.StatusCode.INVALID_ARGUMENT
                 await context.abort(code, str(err))
             responses.append(to_proto(allocate_container(self.resource, ids, self._options)))
-            if self._on_allocate is not None:
-                self._on_allocate(self.resource, ids)
             if self._metrics is not None:
                 self._metrics.allocated(self.name, len(ids))
         return api_pb2.AllocateResponse(container_responses=responses)
