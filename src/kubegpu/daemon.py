@@ -148,6 +148,7 @@ class Daemon:
             raise StartupError(str(err)) from err
         self._cdi = CdiSpecWriter(cdi_root())
         self._retry_pending = False
+        self._resource_options = ResourceOptions()
         self._reload_lock = asyncio.Lock()
         self._reload_again = False
         self._stopping = asyncio.Event()
@@ -249,6 +250,8 @@ class Daemon:
         carried = {u: HealthMonitor.health_of(f) for u, f in self._faults.items() if inventory.gpu_by_uuid(u)}
         inventory = inventory.with_gpu_health(carried)
         self.inventory = inventory
+        # Read once per (re)start: health updates rebuild resources often and must not re-read files.
+        self._resource_options = resource_options(self.settings)
         options = allocate_options(self.settings)
         await self._refresh_cdi_specs(inventory, options)
         try:
@@ -330,7 +333,7 @@ class Daemon:
         self._spawn(retry())
 
     def _build(self, inventory: Inventory) -> list[Resource]:
-        return build_resources(inventory, resource_options(self.settings))
+        return build_resources(inventory, self._resource_options)
 
     # --- CDI spec files ----------------------------------------------------------------------------------
 
@@ -339,7 +342,7 @@ class Daemon:
 
         Runs before the servers register: the runtime must find a spec for every name Allocate hands out.
         """
-        minors = resource_options(self.settings).mig_minors
+        minors = self._resource_options.mig_minors
         specs = specs_for(inventory, self.settings, options.imex_channels, minors)
         try:
             await asyncio.to_thread(self._cdi.refresh, specs)
