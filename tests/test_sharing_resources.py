@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.config import ConfigError, FlagValue, resolve
+from kubegpu.config import ConfigError, resolve
 from kubegpu.daemon import resource_options
 from kubegpu.discovery import discover, nvml_session
 from kubegpu.inventory import Health, Inventory
@@ -247,7 +247,3 @@ def test_resource_name_never_crashes(raw: str) -> None:
         assert "resource name" in str(err)
     else:
         assert name.startswith("nvidia.com/") and len(name) <= 63
-
-
-def test_flag_values_are_explicit() -> None:
-    assert FlagValue("x", True).explicit
