@@ -43,9 +43,9 @@ import sys, asyncio
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from tests.builders import make_inventory
-from kubegpu.allocate import AllocateOptions
-from kubegpu.resources import build_resources
-from kubegpu.server import ResourceServer
+from kubegpu.allocation.allocate import AllocateOptions
+from kubegpu.allocation.resources import build_resources
+from kubegpu.plugin.server import ResourceServer
 async def main():
     inv = make_inventory(8, {(0, 1): 12})
     server = ResourceServer(build_resources(inv)[0], Path(sys.argv[1]), AllocateOptions(), inv.link_map)

@@ -26,8 +26,8 @@ import sys
 import time
 
 from bench.common import REPO_ROOT, Result, Row, interruptible, ms, ratio, summary_ms
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import EventKind
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
 
 BASELINES = {
     "python -c 'import grpc'": [sys.executable, "-c", "import grpc"],

@@ -37,9 +37,9 @@ import grpc
 
 from bench.common import Result, Row, interruptible, percentile
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import EventKind, KubeletSimulator
-from kubegpu.nvml.state import StateDir
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
+from kubegpu.node.nvml.fake_state import StateDir
 
 GPUS = 8
 

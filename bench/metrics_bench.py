@@ -39,13 +39,13 @@ import grpc
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bench.common import Result, Row, interruptible, ms, ratio, short_tmpdir, summary_ms
+from kubegpu.allocation.resources import Device, Resource
 from kubegpu.api.podresources.v1 import api_pb2, api_pb2_grpc
-from kubegpu.httpserver import HttpServer
-from kubegpu.inventory import Health
-from kubegpu.metrics import PluginMetrics
-from kubegpu.podresources import PodResourcesClient
-from kubegpu.registrar import KubeletId, Registration
-from kubegpu.resources import Device, Resource
+from kubegpu.node.inventory import Health
+from kubegpu.plugin.http_endpoint import HttpServer
+from kubegpu.plugin.metrics import PluginMetrics
+from kubegpu.plugin.podresources_client import PodResourcesClient
+from kubegpu.plugin.registrar import KubeletId, Registration
 
 TARGET_MS = 20.0
 GPUS, REPLICAS, PER_POD, IDLE_PODS = 8, 48, 4, 40

@@ -50,12 +50,12 @@ from bench.common import (
     stop_process,
     summary_ms,
 )
+from kubegpu.allocation.preferred import best_set, exhaustive_best_set, pair_score, preferred_devices
+from kubegpu.allocation.resources import build_resources
 from kubegpu.api.v1beta1 import api_pb2
-from kubegpu.discovery import discover, nvml_session
-from kubegpu.inventory import GpuLink, Inventory, LinkLevel
-from kubegpu.nvml import load_nvml
-from kubegpu.preferred import best_set, exhaustive_best_set, pair_score, preferred_devices
-from kubegpu.resources import build_resources
+from kubegpu.node.discovery import discover, nvml_session
+from kubegpu.node.inventory import GpuLink, Inventory, LinkLevel
+from kubegpu.node.nvml.backend import load_nvml
 
 LATENCY_TARGET = 2.0
 Score = Callable[[int, int], int]
@@ -313,9 +313,9 @@ import sys, json, asyncio
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from bench.preferred_bench import inventory_of
-from kubegpu.allocate import AllocateOptions
-from kubegpu.resources import build_resources
-from kubegpu.server import ResourceServer
+from kubegpu.allocation.allocate import AllocateOptions
+from kubegpu.allocation.resources import build_resources
+from kubegpu.plugin.server import ResourceServer
 async def main():
     count, links = json.loads(sys.argv[3])
     inv = inventory_of(count, links)

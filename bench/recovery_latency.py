@@ -19,9 +19,9 @@ import random
 import time
 
 from bench.common import Result, Row, interruptible, percentile, ratio
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import EventKind
-from kubegpu.nvml.state import StateDir
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
+from kubegpu.node.nvml.fake_state import StateDir
 
 
 async def measure(rounds: int, quiet: float, probe: float) -> list[float]:

@@ -29,8 +29,8 @@ import sys
 import time
 
 from bench.common import REPO_ROOT, Result, Row, interruptible, ms, ratio, stop_process, summary_ms
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import EventKind
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
 
 TARGET_MEDIAN_MS = 50.0
 

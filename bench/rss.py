@@ -29,7 +29,7 @@ import psutil
 
 from bench.common import MB, Result, Row, interruptible, ratio, short_tmpdir, stop_process
 from kubegpu.api.v1beta1 import api_pb2
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 
 TARGET_MB = 50.0
 FLAT_MB = 2.0

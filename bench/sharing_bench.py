@@ -25,12 +25,12 @@ from pathlib import Path
 import psutil
 
 from bench.common import MB, Result, Row, interruptible, ratio
-from kubegpu.config import resolve
-from kubegpu.daemon import resource_options
-from kubegpu.inventory import Inventory, MigDevice
-from kubegpu.resources import build_resources
-from kubegpu.server import device_list
-from kubegpu.simnode import SimulatedNode
+from kubegpu.allocation.resources import build_resources
+from kubegpu.demo.simnode import SimulatedNode
+from kubegpu.node.inventory import Inventory, MigDevice
+from kubegpu.plugin.daemon import resource_options
+from kubegpu.plugin.server import device_list
+from kubegpu.settings.nvidia_config import resolve
 from tests.builders import make_inventory
 from tests.test_config import defaults
 

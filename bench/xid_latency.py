@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 
 from bench.common import Result, Row, interruptible, ms, ratio, summary_ms
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import EventKind
-from kubegpu.nvml.fake import FakeNvml
-from kubegpu.nvml.state import StateDir
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
+from kubegpu.node.nvml.fake import FakeNvml
+from kubegpu.node.nvml.fake_state import StateDir
 
 TARGET_P99_MS = 50.0
 WARMUP_RETRY_S = 0.25

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubegpu.inventory import Gpu, GpuLink, Inventory, LinkLevel
+from kubegpu.node.inventory import Gpu, GpuLink, Inventory, LinkLevel
 
 
 def gpu_uuid(index: int) -> str:

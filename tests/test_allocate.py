@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.allocate import (
+from kubegpu.allocation.allocate import (
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,
     AllocateOptions,
@@ -12,9 +12,9 @@ from kubegpu.allocate import (
     allocate_container,
     validate_request,
 )
-from kubegpu.driver import MODES
-from kubegpu.inventory import Health
-from kubegpu.resources import Device, Resource, build_resources
+from kubegpu.allocation.resources import Device, Resource, build_resources
+from kubegpu.node.driverfiles import MODES
+from kubegpu.node.inventory import Health
 from tests.builders import gpu_uuid, make_inventory
 
 RESOURCE = build_resources(make_inventory(8))[0]

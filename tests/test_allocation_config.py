@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.config import ConfigError, resolve
-from kubegpu.daemon import StartupError, allocate_options
+from kubegpu.plugin.daemon import StartupError, allocate_options
+from kubegpu.settings.nvidia_config import ConfigError, resolve
 from tests.test_config import defaults, write
 
 

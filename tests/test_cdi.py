@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kubegpu.allocate import AllocateOptions, allocate_container
-from kubegpu.cdi import (
+from kubegpu.allocation.allocate import AllocateOptions, allocate_container
+from kubegpu.allocation.cdi import (
     CdiOptions,
     CdiSpecWriter,
     build_specs,
@@ -21,10 +21,10 @@ from kubegpu.cdi import (
     nonempty_modes,
     qualified_name,
 )
-from kubegpu.cdi_schema import CDI_SPEC_SCHEMA
-from kubegpu.inventory import Inventory, MigDevice
-from kubegpu.resources import build_resources
+from kubegpu.allocation.resources import build_resources
+from kubegpu.node.inventory import Inventory, MigDevice
 from tests.builders import gpu_uuid, make_gpus, make_inventory
+from tests.cdi_schema import CDI_SPEC_SCHEMA
 
 VERSION = "550.90.07"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -280,7 +280,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(
     def disk_full(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("kubegpu.cdi.os.replace", disk_full)
+    monkeypatch.setattr("kubegpu.allocation.cdi.os.replace", disk_full)
     with pytest.raises(OSError, match="No space"):
         writer.refresh(
             build_specs(Inventory(gpus=make_gpus(2), driver_version=VERSION), options(driver_root))

@@ -7,7 +7,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubegpu.config import (
+from kubegpu.settings.nvidia_config import (
     FLAGS,
     ConfigError,
     FlagValue,

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.discovery import discover, explain_nvml_error, mig_memory_gb, numa_node, nvml_session
-from kubegpu.inventory import Inventory, LinkLevel
-from kubegpu.nvml import FAKE_ENV, NvmlBackend, device_handle_id, load_nvml, sysfs_bus_id
-from kubegpu.nvml.fake import FakeNvml, parse_profile
+from kubegpu.node.discovery import discover, explain_nvml_error, mig_memory_gb, numa_node, nvml_session
+from kubegpu.node.inventory import Inventory, LinkLevel
+from kubegpu.node.nvml.backend import FAKE_ENV, NvmlBackend, load_nvml
+from kubegpu.node.nvml.fake import FakeNvml, parse_profile
+from kubegpu.node.nvml.pci import device_handle_id, sysfs_bus_id
 
 GIB = 1024**3
 MIB = 1024**2
@@ -420,6 +421,6 @@ def test_numa_node_from_sysfs(node: str) -> None:
 
 
 def test_discovery_logs_nothing_on_a_healthy_node(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="kubegpu.discovery")
+    caplog.set_level(logging.INFO, logger="kubegpu.node.discovery")
     discovered("a100-mig")
     assert caplog.records == []

@@ -17,10 +17,11 @@ import pynvml
 import pytest
 from click.testing import CliRunner
 
-from kubegpu.nvml import FAKE_ENV, SYSFS_ENV, device_handle_id, load_nvml
-from kubegpu.nvml.cli import fake_nvml
-from kubegpu.nvml.fake import FakeNvml, ProfileError, load_profile, parse_profile, profile_names
-from kubegpu.nvml.state import STATE_ENV, WHOLE_GPU, StateDir
+from kubegpu.node.nvml.backend import FAKE_ENV, SYSFS_ENV, load_nvml
+from kubegpu.node.nvml.fake import FakeNvml, ProfileError, load_profile, parse_profile, profile_names
+from kubegpu.node.nvml.fake_cli import fake_nvml
+from kubegpu.node.nvml.fake_state import STATE_ENV, WHOLE_GPU, StateDir
+from kubegpu.node.nvml.pci import device_handle_id
 
 SHORT_MS = 30  # for waits that must time out: nothing is coming
 
@@ -51,7 +52,7 @@ def raises_nvml(code: int) -> AbstractContextManager[pytest.ExceptionInfo[pynvml
 
 
 def builtin_text(profile: str) -> str:
-    return resources.files("kubegpu.nvml").joinpath("profiles", f"{profile}.yaml").read_text()
+    return resources.files("kubegpu.node.nvml").joinpath("profiles", f"{profile}.yaml").read_text()
 
 
 def cli(*args: str, state: Path | None = None) -> tuple[int, str]:
@@ -329,7 +330,7 @@ def test_injection_from_another_process(a100: FakeNvml, state_dir: Path) -> None
     es = event_set(a100, [3])
     env = {**os.environ, STATE_ENV: str(state_dir)}
     done = subprocess.run(
-        [sys.executable, "-m", "kubegpu.nvml.cli", "inject", "--gpu", "3", "--xid", "79"],
+        [sys.executable, "-m", "kubegpu.node.nvml.fake_cli", "inject", "--gpu", "3", "--xid", "79"],
         env=env,
         capture_output=True,
         text=True,

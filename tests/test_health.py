@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.discovery import discover
-from kubegpu.health import HealthEvent, HealthMonitor, HealthSettings, HealthSettingsError
-from kubegpu.nvml.fake import FakeNvml
-from kubegpu.nvml.state import StateDir
-from kubegpu.xids import XidAction, XidCatalogError, classifier_from_env
+from kubegpu.node.discovery import discover
+from kubegpu.node.health import HealthEvent, HealthMonitor, HealthSettings, HealthSettingsError
+from kubegpu.node.nvml.fake import FakeNvml
+from kubegpu.node.nvml.fake_state import StateDir
+from kubegpu.node.xids import XidAction, XidCatalogError, classifier_from_env
 
 QUIET = 0.3
 PROBE = 0.05

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.allocate import AllocateOptions
-from kubegpu.httpserver import HealthChecker, HttpServer
+from kubegpu.allocation.allocate import AllocateOptions
+from kubegpu.allocation.resources import build_resources
 from kubegpu.kubeletsim import KubeletSimulator
-from kubegpu.metrics import PluginMetrics
-from kubegpu.registrar import KubeletId, Registrar, Registration
-from kubegpu.resources import build_resources
-from kubegpu.server import ResourceServer
+from kubegpu.plugin.http_endpoint import HealthChecker, HttpServer
+from kubegpu.plugin.metrics import PluginMetrics
+from kubegpu.plugin.registrar import KubeletId, Registrar, Registration
+from kubegpu.plugin.server import ResourceServer
 from tests.builders import make_inventory
 
 GPU = "nvidia.com/gpu"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.cli import main
-from kubegpu.nvml import FAKE_ENV
+from kubegpu.cli.main import main
+from kubegpu.node.nvml.backend import FAKE_ENV
 
 
 def command() -> list[str]:

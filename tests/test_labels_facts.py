@@ -10,10 +10,10 @@ from typing import Any
 import pynvml
 import pytest
 
-from kubegpu.inventory import Gpu, Inventory
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.facts import FabricIds, read_fabric, read_machine_type, read_pci_class
 from kubegpu.labels.vgpu import VgpuInfo, find_vgpus, host_driver, is_vgpu, vendor_capability
+from kubegpu.node.inventory import Gpu, Inventory
 
 # -- vGPU -----------------------------------------------------------------------------------------
 

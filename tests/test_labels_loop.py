@@ -11,13 +11,13 @@ from typing import Any, cast
 
 import pytest
 
-from kubegpu.config import ConfigError
 from kubegpu.labels import output as output_module
-from kubegpu.labels.duration import INFINITE
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.loop import SignalWaiter, serve
 from kubegpu.labels.settings import LabelSettings
-from kubegpu.nvml import NvmlBackend
+from kubegpu.node.nvml.backend import NvmlBackend
+from kubegpu.settings.goduration import INFINITE
+from kubegpu.settings.nvidia_config import ConfigError
 
 MS = 1_000_000
 

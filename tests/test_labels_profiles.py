@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.discovery import discover, nvml_session
 from kubegpu.labels.compute import node_labels
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.facts import gather_facts
 from kubegpu.labels.node import label_node
 from kubegpu.labels.settings import LabelSettings
 from kubegpu.labels.sharing import ReplicatedResource, SharingSettings, SharingStrategy
-from kubegpu.nvml import NvmlBackend, sysfs_bus_id
-from kubegpu.nvml.fake import FakeNvml, parse_profile
+from kubegpu.node.discovery import discover, nvml_session
+from kubegpu.node.nvml.backend import NvmlBackend
+from kubegpu.node.nvml.fake import FakeNvml, parse_profile
+from kubegpu.node.nvml.pci import sysfs_bus_id
 
 VERSIONS = {
     "nvidia.com/cuda.driver.major": "550",
@@ -116,7 +117,7 @@ def labels_of(profile: str | FakeNvml, machine_file: str, **settings: object) ->
 
 def profile_variant(name: str, edit: str, replacement: str) -> FakeNvml:
     """A built-in profile with one YAML snippet replaced (e.g. MIG turned on for a GPU)."""
-    text = resources.files("kubegpu.nvml").joinpath("profiles", f"{name}.yaml").read_text()
+    text = resources.files("kubegpu.node.nvml").joinpath("profiles", f"{name}.yaml").read_text()
     assert edit in text, f"{edit!r} not in {name}.yaml"
     return FakeNvml(parse_profile(text.replace(edit, replacement), f"{name} variant"))
 

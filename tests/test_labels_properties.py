@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from kubegpu.labels.duration import INFINITE, format_go_duration, parse_go_duration, parse_sleep_interval
 from kubegpu.labels.naming import sanitise
+from kubegpu.settings.goduration import INFINITE, format_go_duration, parse_go_duration, parse_sleep_interval
 
 ALLOWED = re.compile(r"[A-Za-z0-9\-_. ]")
 NS = 1

@@ -6,8 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from kubegpu.config import parse_config_text
-from kubegpu.inventory import Gpu, Inventory, MigDevice
 from kubegpu.labels.compute import (
     clique_labels,
     gpu_mode_labels,
@@ -19,9 +17,11 @@ from kubegpu.labels.compute import (
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.facts import FabricIds, NodeFacts
 from kubegpu.labels.naming import arch_family, product_name, sanitise
-from kubegpu.labels.resources import gpu_labels, resource_labels
+from kubegpu.labels.resource_labels import gpu_labels, resource_labels
 from kubegpu.labels.sharing import SharingSettings, sharing_from_config
 from kubegpu.labels.vgpu import VgpuInfo
+from kubegpu.node.inventory import Gpu, Inventory, MigDevice
+from kubegpu.settings.nvidia_config import parse_config_text
 
 GIB = 1024**3
 
@@ -252,7 +252,7 @@ def test_unknown_mig_strategy() -> None:
 
 
 def sharing_of(text: str, allow_customization: bool = False) -> SharingSettings:
-    from kubegpu.config import apply_nvidia_restrictions
+    from kubegpu.settings.nvidia_config import apply_nvidia_restrictions
 
     config, _ = parse_config_text(text)
     apply_nvidia_restrictions(config, allow_customization)

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.config import ConfigError
-from kubegpu.labels.duration import INFINITE
 from kubegpu.labels.settings import (
     DEFAULT_MACHINE_TYPE_FILE,
     DEFAULT_OUTPUT_FILE,
@@ -15,6 +13,8 @@ from kubegpu.labels.settings import (
     given_flags,
     resolve_settings,
 )
+from kubegpu.settings.goduration import INFINITE
+from kubegpu.settings.nvidia_config import ConfigError
 
 S = 1_000_000_000
 

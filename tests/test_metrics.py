@@ -13,12 +13,12 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubegpu import __version__
+from kubegpu.allocation.resources import Device, Resource
 from kubegpu.api.podresources.v1 import api_pb2
-from kubegpu.inventory import Health
-from kubegpu.metrics import PluginMetrics, PodDeviceInfo
-from kubegpu.podresources import SOCKET_MISSING, PodResourcesError, device_holders
-from kubegpu.registrar import KubeletId, Registration
-from kubegpu.resources import Device, Resource
+from kubegpu.node.inventory import Health
+from kubegpu.plugin.metrics import PluginMetrics, PodDeviceInfo
+from kubegpu.plugin.podresources_client import SOCKET_MISSING, PodResourcesError, device_holders
+from kubegpu.plugin.registrar import KubeletId, Registration
 from tests.builders import gpu_uuid
 
 GPU = "nvidia.com/gpu"

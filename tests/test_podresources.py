@@ -13,13 +13,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubegpu.allocate import AllocateOptions
+from kubegpu.allocation.allocate import AllocateOptions
+from kubegpu.allocation.resources import build_resources
 from kubegpu.api.podresources.v1 import api_pb2, api_pb2_grpc
-from kubegpu.inventory import Health
 from kubegpu.kubeletsim import Container, KubeletSimulator, Pod
-from kubegpu.kubeletsim.podresources import GET_DISABLED
-from kubegpu.metrics import PluginMetrics
-from kubegpu.podresources import (
+from kubegpu.kubeletsim.podresources_service import GET_DISABLED
+from kubegpu.node.inventory import Health
+from kubegpu.plugin.metrics import PluginMetrics
+from kubegpu.plugin.podresources_client import (
     RPC_ERROR,
     SOCKET_MISSING,
     TIMEOUT,
@@ -29,9 +30,8 @@ from kubegpu.podresources import (
     PodResourcesError,
     device_holders,
 )
-from kubegpu.registrar import Registrar
-from kubegpu.resources import build_resources
-from kubegpu.server import ResourceServer
+from kubegpu.plugin.registrar import Registrar
+from kubegpu.plugin.server import ResourceServer
 from tests.builders import make_inventory
 
 GPU = "nvidia.com/gpu"

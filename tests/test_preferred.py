@@ -12,10 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubegpu.discovery import discover, nvml_session
-from kubegpu.inventory import GpuLink, Health, Inventory, LinkLevel
-from kubegpu.nvml import load_nvml
-from kubegpu.preferred import (
+from kubegpu.allocation.preferred import (
     NOT_ENOUGH_DEVICES,
     PreferredAllocationError,
     best_set,
@@ -25,7 +22,10 @@ from kubegpu.preferred import (
     preferred_devices,
     set_score,
 )
-from kubegpu.resources import Device, Resource, build_resources
+from kubegpu.allocation.resources import Device, Resource, build_resources
+from kubegpu.node.discovery import discover, nvml_session
+from kubegpu.node.inventory import GpuLink, Health, Inventory, LinkLevel
+from kubegpu.node.nvml.backend import load_nvml
 from tests.builders import gpu_uuid, make_gpus, make_inventory
 
 # DGX-1 (V100) hybrid cube mesh: direct NVLink lane counts.
@@ -190,7 +190,7 @@ def test_errors() -> None:
 def test_gpu_without_link_information_does_not_fail(caplog: pytest.LogCaptureFixture) -> None:
     inventory = make_inventory(4, {(0, 1): 4})
     inventory = Inventory(gpus=inventory.gpus, links=tuple(x for x in inventory.links if 3 not in (x.a, x.b)))
-    with caplog.at_level(logging.WARNING, logger="kubegpu.preferred"):
+    with caplog.at_level(logging.WARNING, logger="kubegpu.allocation.preferred"):
         assert sorted(_choose(inventory, [0, 1, 2, 3], [3], 2)) in ([0, 3], [1, 3], [2, 3])
         assert sorted(_choose(inventory, [0, 1, 2, 3], [], 2)) == [0, 1]
     warnings = [r.getMessage() for r in caplog.records if "no link information" in r.getMessage()]
@@ -209,7 +209,7 @@ def test_more_than_16_gpus_runs_with_a_budget_and_says_so(caplog: pytest.LogCapt
     def score(a: int, b: int) -> int:
         return pairs[(min(a, b), max(a, b))]
 
-    with caplog.at_level(logging.WARNING, logger="kubegpu.preferred"):
+    with caplog.at_level(logging.WARNING, logger="kubegpu.allocation.preferred"):
         chosen = best_set(score, [], list(range(24)), 10, node_budget=3)
     assert len(chosen) == 10 and len(set(chosen)) == 10
     assert "not proven optimal" in caplog.text

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.allocate import AllocateOptions
+from kubegpu.allocation.allocate import AllocateOptions
+from kubegpu.allocation.resources import build_resources
 from kubegpu.kubeletsim import EventKind, KubeletSimulator
-from kubegpu.registrar import Registrar
-from kubegpu.resources import build_resources
-from kubegpu.server import ResourceServer
+from kubegpu.plugin.registrar import Registrar
+from kubegpu.plugin.server import ResourceServer
 from tests.builders import make_inventory
 
 INVENTORY = make_inventory(4)

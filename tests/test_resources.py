@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from kubegpu.inventory import Health
-from kubegpu.resources import build_resources
+from kubegpu.allocation.resources import build_resources
+from kubegpu.node.inventory import Health
 from tests.builders import gpu_uuid, make_inventory
 
 

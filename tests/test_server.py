@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kubegpu.allocate import AllocateOptions
+from kubegpu.allocation.allocate import AllocateOptions
+from kubegpu.allocation.resources import build_resources
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
-from kubegpu.inventory import Health
-from kubegpu.resources import build_resources
-from kubegpu.server import ResourceServer
+from kubegpu.node.inventory import Health
+from kubegpu.plugin.server import ResourceServer
 from tests.builders import gpu_uuid, make_inventory
 
 INVENTORY = make_inventory(4, {(0, 1): 12, (2, 3): 12}, numa=[0, 0, 1, 1])

@@ -9,13 +9,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.config import ConfigError, resolve
-from kubegpu.daemon import resource_options
-from kubegpu.discovery import discover, nvml_session
-from kubegpu.inventory import Health, Inventory
-from kubegpu.nvml import load_nvml
-from kubegpu.resources import Resource, ResourceError, ResourceOptions, build_resources, parse_mig_minors
-from kubegpu.sharing_config import ReplicatedDevices, SharingStrategy, resource_name
+from kubegpu.allocation.resources import (
+    Resource,
+    ResourceError,
+    ResourceOptions,
+    build_resources,
+    parse_mig_minors,
+)
+from kubegpu.node.discovery import discover, nvml_session
+from kubegpu.node.inventory import Health, Inventory
+from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.plugin.daemon import resource_options
+from kubegpu.settings.nvidia_config import ConfigError, resolve
+from kubegpu.settings.nvidia_sharing import ReplicatedDevices, SharingStrategy, resource_name
 from tests.test_config import defaults
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.xids import DEFAULT_IGNORED_XIDS, describe_xid, policy_from_env
+from kubegpu.node.xids import DEFAULT_IGNORED_XIDS, describe_xid, policy_from_env
 
 
 def _ignored(env: dict[str, str], xid: int) -> bool:

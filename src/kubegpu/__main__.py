@@ -1,3 +1,3 @@
-from kubegpu.cli import main
+from kubegpu.cli.main import main
 
 main()

@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from kubegpu.discovery import discover, nvml_session
-from kubegpu.inventory import Inventory
-from kubegpu.nvml import load_nvml
-from kubegpu.simnode import SimulatedNode
+from kubegpu.demo.simnode import SimulatedNode
+from kubegpu.node.discovery import discover, nvml_session
+from kubegpu.node.inventory import Inventory
+from kubegpu.node.nvml.backend import load_nvml
 
 
 def profile_inventory(profile: str) -> Inventory:

@@ -7,9 +7,9 @@ import signal
 
 import jsonschema
 
-from kubegpu.cdi_schema import CDI_SPEC_SCHEMA
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, Pod
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
+from tests.cdi_schema import CDI_SPEC_SCHEMA
 from tests.contract.conftest import profile_inventory
 from tests.test_cdi import VERSION, fake_driver_root
 

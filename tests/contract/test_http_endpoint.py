@@ -7,8 +7,8 @@ import socket
 import urllib.error
 import urllib.request
 
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, Pod
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
 from tests.contract.conftest import profile_inventory
 
 UUIDS = [g.uuid for g in profile_inventory("dgx-a100").gpus]

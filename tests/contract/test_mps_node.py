@@ -6,8 +6,8 @@ import asyncio
 import os
 from pathlib import Path
 
+from kubegpu.demo.simnode import SimulatedNode
 from kubegpu.kubeletsim import Container, Pod
-from kubegpu.simnode import SimulatedNode
 from tests.contract.conftest import profile_inventory
 
 T4 = profile_inventory("t4-pcie")

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, EventKind, Pod
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
 from tests.contract.conftest import profile_inventory
 
 DGX_A100 = profile_inventory("dgx-a100")

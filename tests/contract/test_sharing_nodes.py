@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kubegpu.demo.simnode import SimulatedNode
 from kubegpu.kubeletsim import Container, Pod
-from kubegpu.simnode import SimulatedNode
 from tests.contract.conftest import profile_inventory
 
 A100_MIG = profile_inventory("a100-mig")

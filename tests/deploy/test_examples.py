@@ -54,7 +54,7 @@ def test_lint_is_really_looking(tmp_path: Path) -> None:
 
 
 def test_example_configs_are_valid_nvidia_v1_configs() -> None:
-    from kubegpu.config import load_config_file
+    from kubegpu.settings.nvidia_config import load_config_file
 
     names = {p.stem for p in CONFIGS.glob("*.yaml")}
     assert names == {"default", "time-slicing", "mps", "mig-mixed"}

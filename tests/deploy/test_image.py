@@ -145,7 +145,7 @@ def test_every_command_the_manifests_run_exists_or_is_pending(chart: helmlite.Ch
     assert "plugin" in subcommands
     from click.testing import CliRunner
 
-    from kubegpu.cli import main
+    from kubegpu.cli.main import main
 
     available = set(main.list_commands(click.Context(main)))
     for sub in sorted(subcommands):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kubegpu.nvml import load_nvml
+from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.toolkit.cli import doctor
 from kubegpu.toolkit.doctor_node import doctor_node
 from kubegpu.toolkit.findings import Finding

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from kubegpu.toolkit import resources as res
+from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.model import Node, Pod, PodSpec, Taint, Toleration
 from kubegpu.toolkit.scheduling import (
     PodQuery,

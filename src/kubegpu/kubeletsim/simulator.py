@@ -21,7 +21,7 @@ from .endpoint import DIAL_TIMEOUT, PRE_START_CONTAINER_TIMEOUT, RpcRecord
 from .errors import AdmissionError, ContainerStartError, DeviceManagerError
 from .events import EventKind, EventListener, EventLog, SimEvent
 from .nodestatus import NodeStatus
-from .podresources import POD_RESOURCES_DIR, POD_RESOURCES_SOCKET, PodResourcesServer
+from .podresources_service import POD_RESOURCES_DIR, POD_RESOURCES_SOCKET, PodResourcesServer
 from .pods import ContainerAllocation, Pod, PodAllocation, RunContainerOptions
 from .predicate import check_node_fit
 from .registration import KUBELET_SOCKET, RegistrationServer

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from kubegpu.inventory import Gpu, Inventory
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.facts import NodeFacts
 from kubegpu.labels.naming import sanitise
-from kubegpu.labels.resources import Labels, resource_labels
+from kubegpu.labels.resource_labels import Labels, resource_labels
 from kubegpu.labels.sharing import SharingSettings
+from kubegpu.node.inventory import Gpu, Inventory
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,11 @@ from typing import Any
 
 import pynvml
 
-from kubegpu.inventory import Inventory
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.vgpu import VgpuInfo, find_vgpus
-from kubegpu.nvml import NvmlApi, sysfs_bus_id
+from kubegpu.node.inventory import Inventory
+from kubegpu.node.nvml.backend import NvmlApi
+from kubegpu.node.nvml.pci import sysfs_bus_id
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubegpu.config import ConfigError
-from kubegpu.labels.duration import format_go_duration
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.node import label_node
 from kubegpu.labels.output import LabelOutput, OutputError, make_output
-from kubegpu.labels.resources import Labels
+from kubegpu.labels.resource_labels import Labels
 from kubegpu.labels.settings import LabelSettings
-from kubegpu.nvml import NvmlBackend, load_nvml
-from kubegpu.nvml.fake import ProfileError
+from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
+from kubegpu.node.nvml.fake import ProfileError
+from kubegpu.settings.goduration import format_go_duration
+from kubegpu.settings.nvidia_config import ConfigError
 
 log = logging.getLogger(__name__)
 

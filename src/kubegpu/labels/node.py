@@ -7,15 +7,15 @@ from contextlib import ExitStack
 
 import pynvml
 
-from kubegpu.discovery import discover, explain_nvml_error, nvml_session
-from kubegpu.inventory import Inventory
 from kubegpu.labels.compute import node_labels
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.facts import NodeFacts, gather_facts
-from kubegpu.labels.resources import Labels
+from kubegpu.labels.resource_labels import Labels
 from kubegpu.labels.settings import LabelSettings
 from kubegpu.labels.vgpu import find_vgpus
-from kubegpu.nvml import NvmlBackend
+from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
+from kubegpu.node.inventory import Inventory
+from kubegpu.node.nvml.backend import NvmlBackend
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kubegpu.config import (
+from kubegpu.labels.sharing import SharingSettings, sharing_from_config
+from kubegpu.settings.goduration import INFINITE, format_go_duration, parse_sleep_interval
+from kubegpu.settings.nvidia_config import (
     MIG_STRATEGIES,
     Config,
     ConfigError,
@@ -23,8 +25,6 @@ from kubegpu.config import (
     load_config_file,
     parse_bool,
 )
-from kubegpu.labels.duration import INFINITE, format_go_duration, parse_sleep_interval
-from kubegpu.labels.sharing import SharingSettings, sharing_from_config
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kubegpu.config import Config
+from kubegpu.settings.nvidia_config import Config
 
 SharingStrategy = Literal["none", "time-slicing", "mps"]
 

@@ -16,9 +16,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from kubegpu.cli import flag_option, setup_logging
-from kubegpu.config import FLAGS, ConfigError, FlagValue, PluginSettings, resolve
+from kubegpu.cli.main import flag_option, setup_logging
 from kubegpu.mps.paths import CONTAINER_ROOT, MpsRoot
+from kubegpu.settings.nvidia_config import FLAGS, ConfigError, FlagValue, PluginSettings, resolve
 
 log = logging.getLogger("kubegpu.mps")
 

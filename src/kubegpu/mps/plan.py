@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kubegpu.inventory import Inventory
-from kubegpu.resources import Resource
+from kubegpu.allocation.resources import Resource
+from kubegpu.node.inventory import Inventory
 
 MIB = 1024 * 1024
 MAX_CLIENTS_VOLTA = 48

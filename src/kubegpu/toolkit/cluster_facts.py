@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kubegpu.toolkit import resources as res
+from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.model import DaemonSet, Node, allocatable, capacity
 from kubegpu.toolkit.snapshot import Snapshot
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kubegpu.toolkit import resources as res
+from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.cluster_facts import is_plugin_daemonset
 from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, ordered
 from kubegpu.toolkit.model import (

@@ -76,8 +76,8 @@ def check_library(root: Path) -> Iterator[Finding]:
 def check_nvml(nvml: Any | None) -> Iterator[Finding]:
     """nvmlInit and discovery exactly as the plugin runs them."""
     try:
-        from kubegpu.discovery import NVMLError, discover, explain_nvml_error, nvml_session
-        from kubegpu.nvml import load_nvml
+        from kubegpu.node.discovery import NVMLError, discover, explain_nvml_error, nvml_session
+        from kubegpu.node.nvml.backend import load_nvml
     except ImportError as exc:  # the plugin's discovery is not installed alongside
         yield Finding(
             "nvml",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kubegpu.toolkit import resources as res
+from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.model import Node, Pod, Taint, Toleration, condition, node_ready, ref, taints
 from kubegpu.toolkit.scheduling import (
     DO_NOT_SCHEDULE,

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
+from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit import quantity
-from kubegpu.toolkit import resources as res
 from kubegpu.toolkit.cluster_facts import ClusterFacts
 from kubegpu.toolkit.manifests import Manifests, Path, Workload, path_text
 from kubegpu.toolkit.model import Container, Node, Taint, Toleration, limits, requests

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kubegpu.toolkit import resources as res
+from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.model import (
     Node,
     NodeSelectorRequirement,

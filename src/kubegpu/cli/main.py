@@ -17,8 +17,8 @@ import click
 from click.core import ParameterSource
 
 from kubegpu import __version__
-from kubegpu.clitypes import GoBool
-from kubegpu.config import (
+from kubegpu.cli.params import GoBool
+from kubegpu.settings.nvidia_config import (
     FLAGS,
     ConfigError,
     FlagSpec,
@@ -132,7 +132,7 @@ def plugin_cmd(ctx: click.Context, verbose: bool, **params: Any) -> None:
         log.error("%s", err)
         sys.exit(1)
 
-    from kubegpu.daemon import Daemon, StartupError
+    from kubegpu.plugin.daemon import Daemon, StartupError
 
     def reload_settings() -> PluginSettings:
         return resolve(flags)
@@ -149,13 +149,13 @@ def plugin_cmd(ctx: click.Context, verbose: bool, **params: Any) -> None:
 # time and resident memory) for the simulator, the fake NVML, the demo and rich.
 main.lazy_commands.update(
     {
-        "demo": "kubegpu.demo:demo_cmd",
+        "demo": "kubegpu.demo.run:demo_cmd",
         "kubelet-sim": "kubegpu.kubeletsim.cli:kubelet_sim",
-        "fake-nvml": "kubegpu.nvml.cli:fake_nvml",
+        "fake-nvml": "kubegpu.node.nvml.fake_cli:fake_nvml",
         "lint": "kubegpu.toolkit.cli:lint",
         "explain": "kubegpu.toolkit.cli:explain",
         "doctor": "kubegpu.toolkit.cli:doctor",
-        "config": "kubegpu.configcheck:config_group",
+        "config": "kubegpu.configcheck.check:config_group",
         "labels": "kubegpu.labels.cli:labels",
         "config-manager": "kubegpu.configmanager.cli:config_manager",
         "mps-daemon": "kubegpu.mps.cli:mps_daemon",

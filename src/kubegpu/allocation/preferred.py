@@ -35,8 +35,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kubegpu.inventory import GpuLink, LinkLevel
-from kubegpu.resources import REPLICA_SEPARATOR, Resource
+from kubegpu.allocation.resources import REPLICA_SEPARATOR, Resource
+from kubegpu.node.inventory import GpuLink, LinkLevel
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import grpc
 from asyncinotify import Inotify, Mask
 
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
-from kubegpu.server import OPTIONS, ResourceServer
+from kubegpu.plugin.server import OPTIONS, ResourceServer
 
 log = logging.getLogger(__name__)
 

@@ -22,16 +22,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kubegpu.cdi import (
+from kubegpu.allocation.cdi import (
     CDI_ANNOTATION_PLUGIN,
     DEFAULT_ANNOTATION_PREFIX,
     GPU_CLASS,
     IMEX_CLASS,
     qualified_name,
 )
-from kubegpu.driver import MODE_ENV, MODES, imex_channel_path, join
-from kubegpu.preferred import DISTRIBUTED
-from kubegpu.resources import REPLICA_SEPARATOR, Resource
+from kubegpu.allocation.preferred import DISTRIBUTED
+from kubegpu.allocation.resources import REPLICA_SEPARATOR, Resource
+from kubegpu.node.driverfiles import MODE_ENV, MODES, imex_channel_path, join
 
 MAX_DEVICE_ID_LENGTH = 63  # the kubelet API's documented limit for Device.ID
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"

@@ -12,11 +12,11 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kubegpu.inventory import Gpu, MigDevice
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.facts import NodeFacts
 from kubegpu.labels.naming import arch_family, mig_profile_name, product_name
 from kubegpu.labels.sharing import SharingSettings
+from kubegpu.node.inventory import Gpu, MigDevice
 
 log = logging.getLogger(__name__)
 

@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from kubegpu.allocate import (
+from kubegpu.allocation.allocate import (
     AllocateOptions,
     AllocationRequestError,
     ContainerAllocation,
     allocate_container,
     validate_request,
 )
+from kubegpu.allocation.preferred import PreferredAllocationError, preferred_devices
+from kubegpu.allocation.resources import Resource
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
-from kubegpu.inventory import GpuLink
-from kubegpu.preferred import PreferredAllocationError, preferred_devices
-from kubegpu.resources import Resource
+from kubegpu.node.inventory import GpuLink
 
 if TYPE_CHECKING:  # metrics imports the registrar, which imports this module
-    from kubegpu.metrics import PluginMetrics
+    from kubegpu.plugin.metrics import PluginMetrics
 
 log = logging.getLogger(__name__)
 

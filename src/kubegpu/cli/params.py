@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from kubegpu.config import parse_bool
+from kubegpu.settings.nvidia_config import parse_bool
 
 
 class GoBool(click.ParamType):

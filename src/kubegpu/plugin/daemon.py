@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubegpu.allocate import AllocateOptions
-from kubegpu.cdi import (
+from kubegpu.allocation.allocate import AllocateOptions
+from kubegpu.allocation.cdi import (
     CDI_ROOT_ENV,
     DEFAULT_ANNOTATION_PREFIX,
     CdiOptions,
@@ -27,21 +27,34 @@ from kubegpu.cdi import (
     nonempty_modes,
     specs_for,
 )
-from kubegpu.config import DEFAULT_KUBELET_SOCKET, ConfigError, PluginSettings
-from kubegpu.discovery import discover, explain_nvml_error
-from kubegpu.driver import CONTROL_DEVICES, ImexChannelError, imex_channels
-from kubegpu.filewatch import watch_file
-from kubegpu.health import ALL_GPUS, Fault, HealthEvent, HealthMonitor, HealthSettings, HealthSettingsError
-from kubegpu.httpserver import HttpServer
-from kubegpu.inventory import GpuLink, Health, Inventory
-from kubegpu.metrics import PluginMetrics
+from kubegpu.allocation.resources import (
+    Resource,
+    ResourceError,
+    ResourceOptions,
+    build_resources,
+    parse_mig_minors,
+)
 from kubegpu.mps import CONTAINER_ROOT, mps_daemon_alive
-from kubegpu.nvml import NvmlBackend, load_nvml
-from kubegpu.podresources import PodResourcesClient
-from kubegpu.registrar import KubeletId, Registrar, Registration
-from kubegpu.resources import Resource, ResourceError, ResourceOptions, build_resources, parse_mig_minors
-from kubegpu.server import ResourceServer
-from kubegpu.xids import XidCatalogError
+from kubegpu.node.discovery import discover, explain_nvml_error
+from kubegpu.node.driverfiles import CONTROL_DEVICES, ImexChannelError, imex_channels
+from kubegpu.node.health import (
+    ALL_GPUS,
+    Fault,
+    HealthEvent,
+    HealthMonitor,
+    HealthSettings,
+    HealthSettingsError,
+)
+from kubegpu.node.inventory import GpuLink, Health, Inventory
+from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
+from kubegpu.node.xids import XidCatalogError
+from kubegpu.plugin.filewatch import watch_file
+from kubegpu.plugin.http_endpoint import HttpServer
+from kubegpu.plugin.metrics import PluginMetrics
+from kubegpu.plugin.podresources_client import PodResourcesClient
+from kubegpu.plugin.registrar import KubeletId, Registrar, Registration
+from kubegpu.plugin.server import ResourceServer
+from kubegpu.settings.nvidia_config import DEFAULT_KUBELET_SOCKET, ConfigError, PluginSettings
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from kubegpu.allocate import DEVICE_ID_STRATEGIES, DEVICE_LIST_STRATEGIES
-from kubegpu.cdi import DEFAULT_ANNOTATION_PREFIX, DEFAULT_CONTAINER_DRIVER_ROOT, DEFAULT_HOOK_PATH
-from kubegpu.preferred import DISTRIBUTED, SHARED_ALLOCATION_POLICIES
-from kubegpu.sharing_config import Imex, ReplicatedDevices, Resources, Sharing, SharingStrategy
+from kubegpu.allocation.allocate import DEVICE_ID_STRATEGIES, DEVICE_LIST_STRATEGIES
+from kubegpu.allocation.cdi import DEFAULT_ANNOTATION_PREFIX, DEFAULT_CONTAINER_DRIVER_ROOT, DEFAULT_HOOK_PATH
+from kubegpu.allocation.preferred import DISTRIBUTED, SHARED_ALLOCATION_POLICIES
+from kubegpu.settings.nvidia_sharing import Imex, ReplicatedDevices, Resources, Sharing, SharingStrategy
 
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 MIG_STRATEGIES = ("none", "single", "mixed")

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kubegpu.driver import (
+from kubegpu.allocation.resources import gpu_device, mig_device
+from kubegpu.node.driverfiles import (
     CONTROL_DEVICES,
     MODE_DEVICES,
     MODES,
@@ -44,11 +45,10 @@ from kubegpu.driver import (
     join,
     looking_root,
 )
-from kubegpu.inventory import Inventory
-from kubegpu.resources import gpu_device, mig_device
+from kubegpu.node.inventory import Inventory
 
 if TYPE_CHECKING:  # config imports allocate, which imports this module
-    from kubegpu.config import PluginSettings
+    from kubegpu.settings.nvidia_config import PluginSettings
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 
 from kubegpu.kubeletsim import KubeletSimulator, SimEvent
-from kubegpu.nvml import FAKE_ENV
-from kubegpu.nvml.state import STATE_ENV
+from kubegpu.node.nvml.backend import FAKE_ENV
+from kubegpu.node.nvml.fake_state import STATE_ENV
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

@@ -15,8 +15,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kubegpu.inventory import Gpu, Health, Inventory, MigDevice
-from kubegpu.sharing_config import ReplicatedResource, Resources, SharingStrategy
+from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice
+from kubegpu.settings.nvidia_sharing import ReplicatedResource, Resources, SharingStrategy
 
 log = logging.getLogger(__name__)
 

@@ -44,8 +44,8 @@ import pynvml
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kubegpu.nvml import parse_pci_bus_id, sysfs_bus_id
-from kubegpu.nvml.state import EventRecord, StateDir, atomic_write
+from kubegpu.node.nvml.fake_state import EventRecord, StateDir, atomic_write
+from kubegpu.node.nvml.pci import parse_pci_bus_id, sysfs_bus_id
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ _PROFILE_SUFFIXES = (".yaml", ".yml")
 
 
 def _builtin_dir() -> Any:
-    return resources.files("kubegpu.nvml").joinpath("profiles")
+    return resources.files("kubegpu.node.nvml").joinpath("profiles")
 
 
 def profile_names() -> list[str]:

@@ -27,10 +27,15 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from kubegpu import __version__
+from kubegpu.allocation.resources import REPLICA_SEPARATOR, Resource
 from kubegpu.api.podresources.v1 import api_pb2
-from kubegpu.podresources import UNEXPECTED, PodResourcesClient, PodResourcesError, device_holders
-from kubegpu.registrar import KubeletId, Registration
-from kubegpu.resources import REPLICA_SEPARATOR, Resource
+from kubegpu.plugin.podresources_client import (
+    UNEXPECTED,
+    PodResourcesClient,
+    PodResourcesError,
+    device_holders,
+)
+from kubegpu.plugin.registrar import KubeletId, Registration
 
 log = logging.getLogger(__name__)
 

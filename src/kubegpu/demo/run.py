@@ -19,13 +19,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kubegpu.discovery import discover, nvml_session
-from kubegpu.inventory import Inventory
+from kubegpu.allocation.preferred import pair_score
+from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, EventKind, Pod
-from kubegpu.nvml import load_nvml
-from kubegpu.nvml.state import StateDir
-from kubegpu.preferred import pair_score
-from kubegpu.simnode import GPU_RESOURCE, SimulatedNode
+from kubegpu.node.discovery import discover, nvml_session
+from kubegpu.node.inventory import Inventory
+from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.node.nvml.fake_state import StateDir
 
 XID_GPU = 5
 # Short enough to watch: in production the quiet period is 60 s (KUBEGPU_RECOVERY_QUIET_SECONDS).

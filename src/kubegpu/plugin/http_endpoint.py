@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kubegpu.metrics import PluginMetrics, RegistrationSource, is_registered
-from kubegpu.registrar import KubeletId
+from kubegpu.plugin.metrics import PluginMetrics, RegistrationSource, is_registered
+from kubegpu.plugin.registrar import KubeletId
 
 log = logging.getLogger(__name__)
 

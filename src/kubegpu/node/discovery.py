@@ -27,8 +27,9 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from kubegpu.inventory import Gpu, GpuLink, Health, Inventory, LinkLevel, MigDevice
-from kubegpu.nvml import NvmlApi, NvmlBackend, parse_pci_bus_id, sysfs_bus_id
+from kubegpu.node.inventory import Gpu, GpuLink, Health, Inventory, LinkLevel, MigDevice
+from kubegpu.node.nvml.backend import NvmlApi, NvmlBackend
+from kubegpu.node.nvml.pci import parse_pci_bus_id, sysfs_bus_id
 
 log = logging.getLogger(__name__)
 

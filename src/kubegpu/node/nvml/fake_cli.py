@@ -13,9 +13,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from kubegpu.nvml import FAKE_ENV
-from kubegpu.nvml.fake import ProfileError, list_profiles
-from kubegpu.nvml.state import STATE_ENV, WHOLE_GPU, StateDir, StateDirError
+from kubegpu.node.nvml.backend import FAKE_ENV
+from kubegpu.node.nvml.fake import ProfileError, list_profiles
+from kubegpu.node.nvml.fake_state import STATE_ENV, WHOLE_GPU, StateDir, StateDirError
 
 
 @click.group("fake-nvml")

@@ -131,7 +131,7 @@ class XidCatalogError(ValueError):
 def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
     """The built-in catalog, or a user's file in the same shape (which extends and overrides it)."""
     builtin = _Catalog.model_validate(
-        yaml.safe_load(resources.files("kubegpu").joinpath("xid_catalog.yaml").read_text())
+        yaml.safe_load(resources.files("kubegpu.node").joinpath("xid_catalog.yaml").read_text())
     )
     if path is None:
         return builtin.xids

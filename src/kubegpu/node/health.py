@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubegpu.inventory import Health, Inventory
-from kubegpu.nvml import device_handle_id
-from kubegpu.xids import XidAction, XidClassifier, XidPolicy, classifier_from_env, load_catalog
+from kubegpu.node.inventory import Health, Inventory
+from kubegpu.node.nvml.pci import device_handle_id
+from kubegpu.node.xids import XidAction, XidClassifier, XidPolicy, classifier_from_env, load_catalog
 
 log = logging.getLogger(__name__)
 
