@@ -25,14 +25,14 @@ from pathlib import Path
 import psutil
 
 from bench.common import MB, Result, Row, interruptible, ratio
+from kubegpu.allocation.from_settings import resource_options
 from kubegpu.allocation.resources import build_resources
 from kubegpu.demo.simnode import SimulatedNode
 from kubegpu.node.inventory import Inventory, MigDevice
-from kubegpu.plugin.daemon import resource_options
 from kubegpu.plugin.server import device_list
-from kubegpu.settings.nvidia_config import resolve
+from kubegpu.settings.plugin import resolve
 from tests.builders import make_inventory
-from tests.test_config import defaults
+from tests.settings.test_plugin_settings import defaults
 
 KUBELET_LIMIT = 4 * 1024 * 1024
 REPLICAS = 48

@@ -9,9 +9,9 @@ import jsonschema
 
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, Pod
+from tests.allocation.test_cdi import VERSION, fake_driver_root
 from tests.cdi_schema import CDI_SPEC_SCHEMA
 from tests.contract.conftest import profile_inventory
-from tests.test_cdi import VERSION, fake_driver_root
 
 VENDOR = "k8s.device-plugin.nvidia.com"
 

@@ -184,7 +184,7 @@ def test_values_become_the_plugins_env_vars(
 
 
 def test_every_env_var_of_the_plugin_means_something_to_it(chart: helmlite.Chart) -> None:
-    from kubegpu.settings.nvidia_config import FLAGS
+    from kubegpu.settings.flags import FLAGS
 
     known = {e for spec in FLAGS for e in spec.envvars}
     # Read by the NVIDIA container runtime, not the plugin.

@@ -22,16 +22,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kubegpu.allocation.cdi import (
-    CDI_ANNOTATION_PLUGIN,
-    DEFAULT_ANNOTATION_PREFIX,
-    GPU_CLASS,
-    IMEX_CLASS,
-    qualified_name,
-)
-from kubegpu.allocation.preferred import DISTRIBUTED
+from kubegpu.allocation.cdi import CDI_ANNOTATION_PLUGIN, GPU_CLASS, IMEX_CLASS, qualified_name
 from kubegpu.allocation.resources import REPLICA_SEPARATOR, Resource
 from kubegpu.node.driverfiles import MODE_ENV, MODES, imex_channel_path, join
+from kubegpu.settings.choices import CDI_STRATEGIES, DEFAULT_ANNOTATION_PREFIX, DISTRIBUTED
 
 MAX_DEVICE_ID_LENGTH = 63  # the kubelet API's documented limit for Device.ID
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
@@ -40,9 +34,6 @@ MPS_MEMORY_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 MIB = 1024 * 1024
 IMEX_CHANNELS_ENV = "NVIDIA_IMEX_CHANNELS"
 DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
-CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
-DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", *CDI_STRATEGIES)
-DEVICE_ID_STRATEGIES = ("uuid", "index")
 
 
 def _response_id() -> str:

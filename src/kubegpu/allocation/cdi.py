@@ -23,15 +23,12 @@ the CUDA runtime finds the driver through the container's ld cache without touch
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubegpu.allocation.resources import gpu_device, mig_device
 from kubegpu.node.driverfiles import (
@@ -46,9 +43,8 @@ from kubegpu.node.driverfiles import (
     looking_root,
 )
 from kubegpu.node.inventory import Inventory
-
-if TYPE_CHECKING:  # config imports allocate, which imports this module
-    from kubegpu.settings.nvidia_config import PluginSettings
+from kubegpu.settings.choices import DEFAULT_CONTAINER_DRIVER_ROOT, DEFAULT_HOOK_PATH
+from kubegpu.settings.plugin import PluginSettings
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +53,9 @@ GPU_CLASS = "gpu"
 IMEX_CLASS = "imex-channel"
 # 0.5.0 is the first version with deviceNodes[].hostPath, which we need for a driver root other than /.
 CDI_VERSION = "0.5.0"
-DEFAULT_ANNOTATION_PREFIX = "cdi.k8s.io/"
 CDI_ANNOTATION_PLUGIN = "nvidia-device-plugin"
 CDI_ROOT_ENV = "KUBEGPU_CDI_ROOT"
 DEFAULT_CDI_ROOT = "/var/run/cdi"
-DEFAULT_HOOK_PATH = "/usr/bin/nvidia-ctk"
-DEFAULT_CONTAINER_DRIVER_ROOT = "/driver-root"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
 # Tells the NVIDIA runtime hook that CDI already injected the devices, so it adds nothing on top.
 VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
@@ -251,58 +244,3 @@ def _device(name: str, nodes: list[dict[str, str]]) -> dict[str, Any]:
 
 def _spec(device_class: str, devices: list[dict[str, Any]]) -> Spec:
     return {"cdiVersion": CDI_VERSION, "kind": f"{VENDOR}/{device_class}", "devices": devices}
-
-
-# -- files ----------------------------------------------------------------------------------------------
-
-
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> bool:
-    """Replace `path` with `data` in one rename (readers never see a partial file); False if unchanged."""
-    with contextlib.suppress(OSError):
-        if path.read_bytes() == data:
-            return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return True
-
-
-class CdiSpecWriter:
-    """Keeps our spec files in the CDI root in line with the latest specs; removes only files it wrote."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._written: set[str] = set()
-
-    def path(self, device_class: str) -> Path:
-        return self.root / spec_file_name(device_class)
-
-    def refresh(self, specs: Mapping[str, Spec]) -> None:
-        """Write `specs` (class -> spec); remove the files of classes no longer present."""
-        for device_class, spec in specs.items():
-            data = (json.dumps(spec, indent=2) + "\n").encode()
-            if write_atomic(self.path(device_class), data):
-                log.info("wrote CDI spec %s (%d devices)", self.path(device_class), len(spec["devices"]))
-            self._written.add(device_class)
-        for device_class in sorted(self._written - set(specs)):
-            self._remove(device_class)
-
-    def remove(self) -> None:
-        for device_class in sorted(self._written):
-            self._remove(device_class)
-
-    def _remove(self, device_class: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path(device_class).unlink()
-            log.info("removed CDI spec %s", self.path(device_class))
-        self._written.discard(device_class)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from kubegpu.allocation.resources import REPLICA_SEPARATOR, Resource
 from kubegpu.node.inventory import GpuLink, LinkLevel
+from kubegpu.settings.choices import DISTRIBUTED, PACKED
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,6 @@ EXACT_CANDIDATE_LIMIT = 16
 # Beyond it the search stops after this many nodes and returns the best set found so far (logged).
 SEARCH_NODE_BUDGET = 50_000
 
-DISTRIBUTED = "distributed"
-PACKED = "packed"
-SHARED_ALLOCATION_POLICIES = (DISTRIBUTED, PACKED)
 NOT_ENOUGH_DEVICES = "not enough available devices to satisfy allocation"  # NVIDIA's text
 
 _warned_missing: frozenset[int] = frozenset()

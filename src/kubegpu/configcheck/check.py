@@ -16,10 +16,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from kubegpu.allocation.from_settings import resource_options
 from kubegpu.allocation.resources import ResourceError, build_resources
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
 from kubegpu.node.nvml.backend import FAKE_ENV, load_nvml
-from kubegpu.settings.nvidia_config import ConfigError, FlagValue, resolve
+from kubegpu.settings.flags import FlagValue
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.plugin import resolve
 
 
 @dataclass
@@ -64,8 +67,6 @@ def check(flags: dict[str, FlagValue], profile: str | None) -> CheckReport:
         hint = "Use --profile to check against a fake node."
         report.errors.append(f"cannot discover GPUs: {err}. {explain_nvml_error(err)} {hint}")
         return report
-    from kubegpu.plugin.daemon import resource_options  # the daemon's own mapping from settings to options
-
     try:
         resources = build_resources(inventory, resource_options(settings))
     except ResourceError as err:
@@ -94,7 +95,7 @@ def render(report: CheckReport, console: Console) -> None:
 
 
 def _plugin_flag_options(func: Any) -> Any:
-    from kubegpu.cli.main import plugin_flag_options
+    from kubegpu.cli.params import plugin_flag_options
 
     return plugin_flag_options(func)
 
@@ -117,7 +118,7 @@ def check_cmd(ctx: click.Context, file: str, profile: str | None, as_json: bool,
     Flags and env vars apply with the daemon's precedence, so `MIG_STRATEGY=mixed kubegpu config check
     FILE --profile a100-mig` shows what the daemon would do there. Exit code 1 when there are errors.
     """
-    from kubegpu.cli.main import flag_values
+    from kubegpu.cli.params import flag_values
 
     flags = flag_values(ctx, params)
     flags["config-file"] = FlagValue(file, True)

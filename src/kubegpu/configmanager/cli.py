@@ -9,13 +9,13 @@ from typing import Any
 
 import click
 
-from kubegpu.cli.main import setup_logging
+from kubegpu.cli.logs import setup_logging
 from kubegpu.cli.params import GoBool
 from kubegpu.configmanager.errors import ConfigManagerError
 from kubegpu.configmanager.manager import Settings, run
 from kubegpu.configmanager.procsignal import DEFAULT_PROCESS_TO_SIGNAL
 from kubegpu.configmanager.selection import DEFAULT_NODE_LABEL, go_list, unknown_fallbacks
-from kubegpu.settings.nvidia_config import parse_list
+from kubegpu.settings.goparse import parse_list
 
 log = logging.getLogger("kubegpu.configmanager")
 

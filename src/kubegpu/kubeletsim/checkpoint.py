@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kubegpu.common.files import write_atomic
 
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"
 NO_NUMA_NODE = -1  # NUMA key under which devices without topology are recorded
@@ -82,14 +82,7 @@ def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> None:
     Synchronous on purpose: the file is a few KiB and writing it in order with the state change it records
     matters more than the microseconds it holds the loop.
     """
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(to_json(checkpoint))
-        os.replace(tmp, directory / CHECKPOINT_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(directory / CHECKPOINT_FILE, to_json(checkpoint).encode(), mode=0o600, durable=False)
 
 
 def read_checkpoint(directory: Path) -> Checkpoint | None:

@@ -10,11 +10,12 @@ from typing import Any
 
 import click
 
-from kubegpu.cli.main import setup_logging
+from kubegpu.cli.logs import setup_logging
 from kubegpu.labels.loop import SignalWaiter, serve
 from kubegpu.labels.settings import GFD_FLAGS, GfdFlag, LabelSettings, given_flags, resolve_settings
+from kubegpu.settings.flags import FlagValue
 from kubegpu.settings.goduration import format_go_duration
-from kubegpu.settings.nvidia_config import ConfigError, FlagValue
+from kubegpu.settings.nvidia_config import ConfigError
 
 log = logging.getLogger("kubegpu.labels")
 

@@ -14,11 +14,12 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from kubegpu.common.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +55,6 @@ class StdoutOutput:
         """Nothing to remove."""
 
 
-def _write_fully(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 _HINTS = {
     errno.ENOSPC: "the filesystem is full: free space on it",
     errno.EDQUOT: "the disk quota is exhausted: free space or raise the quota",
@@ -90,21 +84,10 @@ class FileOutput:
 
     def write(self, labels: Mapping[str, str]) -> None:
         """Replace the file atomically. On failure the previous file is left as it was."""
-        data = format_labels(labels)
-        tmp_name: str | None = None
         try:
-            self.tmp_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix="gfd-", dir=self.tmp_dir)
-            try:
-                _write_fully(fd, data)
-                os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600; NFD may run as another user
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp_name, self.path)
+            # FILE_MODE, not mkstemp's 0600: NFD may run as another user.
+            write_atomic(self.path, format_labels(labels), mode=FILE_MODE, tmp_dir=self.tmp_dir)
         except OSError as err:
-            if tmp_name is not None:
-                Path(tmp_name).unlink(missing_ok=True)
             raise OutputError(_describe(self.path, err)) from err
         log.info("Wrote %d labels to %s", len(labels), self.path)
 

@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kubegpu.labels.sharing import SharingSettings, sharing_from_config
+from kubegpu.settings.choices import MIG_STRATEGIES
+from kubegpu.settings.flags import FlagValue
 from kubegpu.settings.goduration import INFINITE, format_go_duration, parse_sleep_interval
+from kubegpu.settings.goparse import parse_bool
 from kubegpu.settings.nvidia_config import (
-    MIG_STRATEGIES,
     Config,
     ConfigError,
-    FlagValue,
     GfdFlags,
     apply_nvidia_restrictions,
     load_config_file,
-    parse_bool,
 )
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"

@@ -1,11 +1,7 @@
-"""MPS sharing: the control-daemon manager (`kubegpu mps-daemon`) and the plugin's liveness check.
+"""MPS sharing: the control-daemon manager (`kubegpu mps-daemon`).
 
 NVIDIA ships this as a separate binary and DaemonSet (`mps-control-daemon`); kubegpu ships it as a
-subcommand of the same image. The plugin side only needs `mps_daemon_alive`, so importing this package
-stays cheap: the manager, discovery and click live in submodules imported on demand.
+subcommand of the same image. What the plugin shares with it (the MPS root's layout and the liveness
+check) lives in `kubegpu.node.mps_paths` and `kubegpu.node.mps_control`, so the plugin never imports this
+package.
 """
-
-from kubegpu.mps.control import mps_daemon_alive
-from kubegpu.mps.paths import CONTAINER_ROOT, MpsRoot
-
-__all__ = ["CONTAINER_ROOT", "MpsRoot", "mps_daemon_alive"]

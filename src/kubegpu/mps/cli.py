@@ -16,9 +16,12 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from kubegpu.cli.main import flag_option, setup_logging
-from kubegpu.mps.paths import CONTAINER_ROOT, MpsRoot
-from kubegpu.settings.nvidia_config import FLAGS, ConfigError, FlagValue, PluginSettings, resolve
+from kubegpu.cli.logs import setup_logging
+from kubegpu.cli.params import flag_option
+from kubegpu.node.mps_paths import CONTAINER_ROOT, MpsRoot
+from kubegpu.settings.flags import FLAGS, FlagValue
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.plugin import PluginSettings, resolve
 
 log = logging.getLogger("kubegpu.mps")
 
@@ -124,8 +127,8 @@ def run_cmd(
 @click.option("--dry-run", is_flag=True, help="Print the mount command instead of running it.")
 def mount_shm_cmd(root: Path, meminfo: Path, mountinfo: Path, dry_run: bool) -> None:
     """Mount the tmpfs at <root>/shm that MPS clients share as /dev/shm (needs root)."""
-    from kubegpu.mps.control import MpsCommandError
     from kubegpu.mps.shm import mount_command, mount_shm, shm_size
+    from kubegpu.node.mps_control import MpsCommandError
 
     setup_logging()
     shm_dir = MpsRoot(root).shm_dir

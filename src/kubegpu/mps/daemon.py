@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubegpu.mps import control
-from kubegpu.mps.paths import MpsRoot
 from kubegpu.mps.plan import DaemonPlan
+from kubegpu.node import mps_control as control
+from kubegpu.node.mps_paths import MpsRoot
 
 log = logging.getLogger(__name__)
 

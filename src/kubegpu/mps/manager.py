@@ -24,12 +24,13 @@ from typing import Any
 import pynvml
 
 from kubegpu.allocation.resources import ResourceError, build_resources
-from kubegpu.mps.control import MpsCommandError
 from kubegpu.mps.daemon import ControlDaemon, DaemonOptions, Labeler, set_selinux_label
 from kubegpu.mps.plan import DaemonPlan, MpsConfigError, describe, plan_daemons
+from kubegpu.node.mps_control import MpsCommandError
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
-from kubegpu.settings.nvidia_config import ConfigError, PluginSettings
+from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.nvidia_sharing import SharingStrategy
+from kubegpu.settings.plugin import PluginSettings
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ def discover_plans(settings: PluginSettings, backend: NvmlBackend | None = None)
     if kind != "mps":
         log.info("Sharing strategy is not MPS (%s); no MPS daemon to run", kind)
         return []
+    from kubegpu.allocation.from_settings import resource_options  # the plugin's, so names and devices match
     from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
-    from kubegpu.plugin.daemon import resource_options  # the plugin's mapping, so names and devices match
 
     try:
         backend = backend or load_nvml()

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kubegpu.mps import control
+from kubegpu.node import mps_control as control
 
 log = logging.getLogger(__name__)
 

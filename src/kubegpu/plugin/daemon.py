@@ -18,25 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from kubegpu.allocation.allocate import AllocateOptions
-from kubegpu.allocation.cdi import (
-    CDI_ROOT_ENV,
-    DEFAULT_ANNOTATION_PREFIX,
-    CdiOptions,
-    CdiSpecWriter,
-    cdi_root,
-    nonempty_modes,
-    specs_for,
-)
+from kubegpu.allocation.cdi import CDI_ROOT_ENV, cdi_root, specs_for
+from kubegpu.allocation.from_settings import allocate_options, resource_options
 from kubegpu.allocation.resources import (
     Resource,
     ResourceError,
     ResourceOptions,
     build_resources,
-    parse_mig_minors,
 )
-from kubegpu.mps import CONTAINER_ROOT, mps_daemon_alive
 from kubegpu.node.discovery import discover, explain_nvml_error
-from kubegpu.node.driverfiles import CONTROL_DEVICES, ImexChannelError, imex_channels
+from kubegpu.node.driverfiles import ImexChannelError
 from kubegpu.node.health import (
     ALL_GPUS,
     Fault,
@@ -46,15 +37,20 @@ from kubegpu.node.health import (
     HealthSettingsError,
 )
 from kubegpu.node.inventory import GpuLink, Health, Inventory
+from kubegpu.node.mps_control import mps_daemon_alive
+from kubegpu.node.mps_paths import CONTAINER_ROOT
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.node.xids import XidCatalogError
+from kubegpu.plugin.cdi_files import CdiSpecWriter
 from kubegpu.plugin.filewatch import watch_file
 from kubegpu.plugin.http_endpoint import HttpServer
 from kubegpu.plugin.metrics import PluginMetrics
 from kubegpu.plugin.podresources_client import PodResourcesClient
 from kubegpu.plugin.registrar import KubeletId, Registrar, Registration
 from kubegpu.plugin.server import ResourceServer
-from kubegpu.settings.nvidia_config import DEFAULT_KUBELET_SOCKET, ConfigError, PluginSettings
+from kubegpu.settings.choices import DEFAULT_KUBELET_SOCKET
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.plugin import PluginSettings
 
 log = logging.getLogger(__name__)
 
@@ -66,51 +62,6 @@ DISCOVERY_RETRY_ENV = "KUBEGPU_DISCOVERY_RETRY_SECONDS"
 
 class StartupError(RuntimeError):
     """The daemon cannot start; the message names the cause and the fix. Exit code 1."""
-
-
-def allocate_options(settings: PluginSettings) -> AllocateOptions:
-    """Allocate's options; raises StartupError when a required IMEX channel is missing."""
-    dev_root = settings.flags.nvidiaDevRoot or settings.flags.nvidiaDriverRoot or "/"
-    cdi = CdiOptions.from_settings(settings)
-    imex = settings.config.imex
-    try:
-        # Looked up where the plugin sees the host's /dev (as NVIDIA does), not at the host path.
-        channels = imex_channels(
-            (imex.channelIDs or []) if imex else [], cdi.dev_lookup_root, bool(imex and imex.required)
-        )
-    except ImexChannelError as err:
-        raise StartupError(str(err)) from err
-    any_cdi = any(s.startswith("cdi-") for s in settings.device_list_strategies)
-    return AllocateOptions(
-        device_list_strategies=settings.device_list_strategies,
-        device_id_strategy=settings.plugin.deviceIDStrategy or "uuid",
-        pass_device_specs=bool(settings.plugin.passDeviceSpecs),
-        dev_root=dev_root,
-        control_devices=tuple(p for p in CONTROL_DEVICES if os.path.exists(dev_root.rstrip("/") + p)),
-        cdi_annotation_prefix=settings.plugin.cdiAnnotationPrefix or DEFAULT_ANNOTATION_PREFIX,
-        enabled_modes=cdi.modes,
-        cdi_modes=nonempty_modes(cdi) if any_cdi else (),
-        imex_channels=channels,
-        mps_root=settings.flags.mpsRoot or "",
-        mps_client_limits=settings.mps_client_limits,
-        shared_allocation_policy=settings.plugin.sharedDevicesAllocationPolicy or "distributed",
-    )
-
-
-def resource_options(settings: PluginSettings) -> ResourceOptions:
-    kind, block = settings.sharing_strategy()
-    minors_file = Path(settings.flags.nvidiaDriverRoot or "/") / "proc/driver/nvidia-caps/mig-minors"
-    try:
-        minors = parse_mig_minors(minors_file.read_text())
-    except OSError:
-        minors = {}  # no MIG capability nodes: MIG devices get their parent's device node only
-    return ResourceOptions(
-        mig_strategy=settings.flags.migStrategy or "none",
-        sharing_kind=kind,
-        sharing=block,
-        custom_names=settings.config.resources if settings.allow_customization else None,
-        mig_minors=minors,
-    )
 
 
 class Daemon:
@@ -265,7 +216,10 @@ class Daemon:
         self.inventory = inventory
         # Read once per (re)start: health updates rebuild resources often and must not re-read files.
         self._resource_options = resource_options(self.settings)
-        options = allocate_options(self.settings)
+        try:
+            options = allocate_options(self.settings)
+        except ImexChannelError as err:
+            raise StartupError(str(err)) from err
         await self._refresh_cdi_specs(inventory, options)
         try:
             resources = self._build(inventory)
@@ -447,7 +401,7 @@ class Daemon:
             try:
                 build_resources(inventory, resource_options(settings))  # dry run before anything changes
                 allocate_options(settings)
-            except (ResourceError, StartupError) as err:
+            except (ResourceError, ImexChannelError) as err:
                 log.error("config reload failed, keeping the last good config running: %s", err)
                 return
         log.info("reloading with the new config")

@@ -17,8 +17,8 @@ from typing import NamedTuple
 import grpc
 
 from kubegpu.api.podresources.v1 import api_pb2, api_pb2_grpc
+from kubegpu.settings.choices import DEFAULT_POD_RESOURCES_SOCKET
 
-DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_TIMEOUT_S = 1.0  # the kubelet answers from memory in milliseconds; a scrape must not wait long
 
 # PodResourcesError.reason values (bounded: they become label values).

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
@@ -29,10 +29,16 @@ from kubegpu.allocation.resources import Resource
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 from kubegpu.node.inventory import GpuLink
 
-if TYPE_CHECKING:  # metrics imports the registrar, which imports this module
-    from kubegpu.plugin.metrics import PluginMetrics
-
 log = logging.getLogger(__name__)
+
+
+class AllocationObserver(Protocol):
+    """What the server reports about the requests it answers (PluginMetrics implements it)."""
+
+    def allocated(self, resource: str, devices: int) -> None: ...
+
+    def allocation_failed(self, resource: str, rpc: str = "Allocate") -> None: ...
+
 
 OPTIONS = api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
@@ -72,7 +78,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         plugin_dir: Path,
         options: AllocateOptions,
         links: Callable[[], Mapping[tuple[int, int], GpuLink]],
-        metrics: PluginMetrics | None = None,
+        metrics: AllocationObserver | None = None,
     ) -> None:
         self.resource = resource
         self.socket_path = plugin_dir / resource.socket_name

@@ -44,7 +44,8 @@ import pynvml
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kubegpu.node.nvml.fake_state import EventRecord, StateDir, atomic_write
+from kubegpu.common.files import write_atomic
+from kubegpu.node.nvml.fake_state import EventRecord, StateDir
 from kubegpu.node.nvml.pci import parse_pci_bus_id, sysfs_bus_id
 
 log = logging.getLogger(__name__)
@@ -526,9 +527,9 @@ class FakeNvml:
             directory = self.sysfs_root / "bus" / "pci" / "devices" / sysfs_bus_id(gpu.spec.pci_bus_id)
             directory.mkdir(parents=True, exist_ok=True)
             numa = gpu.spec.numa_node if gpu.spec.numa_node is not None else -1
-            atomic_write(directory / "numa_node", f"{numa}\n".encode())
+            write_atomic(directory / "numa_node", f"{numa}\n".encode(), durable=False)
             # PCI class 0x0302xx: a 3D controller, i.e. a GPU in compute mode (GFD's gpu.mode label).
-            atomic_write(directory / "class", b"0x030200\n")
+            write_atomic(directory / "class", b"0x030200\n", durable=False)
 
     def __getattr__(self, name: str) -> Any:
         # Constants, structs and NVMLError classes are pynvml's own; functions the fake lacks fail

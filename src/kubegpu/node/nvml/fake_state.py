@@ -18,14 +18,14 @@ import dataclasses
 import fcntl
 import json
 import os
-import tempfile
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import pynvml
+
+from kubegpu.common.files import write_atomic
 
 STATE_ENV = "KUBEGPU_FAKE_NVML_STATE"
 
@@ -41,22 +41,6 @@ XID_FALLEN_OFF_BUS = 79
 
 class StateDirError(RuntimeError):
     """The state directory is missing or unusable; the message says how to fix it."""
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so readers see either the old or the new content, never a mix."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        # File timestamps come from a coarse clock; a precise one lets readers cache on (inode, mtime).
-        now = time.time_ns()
-        os.utime(tmp, ns=(now, now))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +158,7 @@ class StateDir:
             path = self.path / FAULTS_FILE
             current = Faults.from_json(path.read_bytes()) if path.exists() else Faults()
             new = change(current.gpu(gpu))
-            atomic_write(path, Faults({**current.gpus, gpu: new}).to_json())
+            write_atomic(path, Faults({**current.gpus, gpu: new}).to_json(), durable=False)
             return new
 
     # -- events -------------------------------------------------------------------------------------
@@ -214,7 +198,7 @@ class StateDir:
     # -- metadata -----------------------------------------------------------------------------------
 
     def write_meta(self, meta: Mapping[str, Any]) -> None:
-        atomic_write(self.path / META_FILE, json.dumps(meta, indent=2).encode())
+        write_atomic(self.path / META_FILE, json.dumps(meta, indent=2).encode(), durable=False)
 
     def read_meta(self) -> dict[str, Any] | None:
         try:

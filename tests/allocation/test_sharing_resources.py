@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kubegpu.allocation.from_settings import resource_options
 from kubegpu.allocation.resources import (
     Resource,
     ResourceError,
@@ -19,10 +20,10 @@ from kubegpu.allocation.resources import (
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import Health, Inventory
 from kubegpu.node.nvml.backend import load_nvml
-from kubegpu.plugin.daemon import resource_options
-from kubegpu.settings.nvidia_config import ConfigError, resolve
+from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.nvidia_sharing import ReplicatedDevices, SharingStrategy, resource_name
-from tests.test_config import defaults
+from kubegpu.settings.plugin import resolve
+from tests.settings.test_plugin_settings import defaults
 
 
 @cache

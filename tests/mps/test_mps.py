@@ -21,13 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.mps import CONTAINER_ROOT, MpsRoot, mps_daemon_alive
 from kubegpu.mps.daemon import CONTAINER_FILE_LABEL, DaemonOptions
 from kubegpu.mps.manager import Manager, StartupError, discover_plans, prepare
 from kubegpu.mps.plan import MpsConfigError, SharedGpu, check_replicas, max_clients
 from kubegpu.mps.shm import FALLBACK_SIZE, is_mount_point, mount_command, mount_shm, shm_size
+from kubegpu.node.mps_control import mps_daemon_alive
+from kubegpu.node.mps_paths import CONTAINER_ROOT, MpsRoot
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
-from kubegpu.settings.nvidia_config import FlagValue, PluginSettings, resolve
+from kubegpu.settings.flags import FlagValue
+from kubegpu.settings.plugin import PluginSettings, resolve
 
 MIB = 1024 * 1024
 T4 = [  # t4-pcie: 4x Tesla T4, 15360 MiB, compute capability 7.5

@@ -12,17 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubegpu.allocation.allocate import AllocateOptions, allocate_container
-from kubegpu.allocation.cdi import (
-    CdiOptions,
-    CdiSpecWriter,
-    build_specs,
-    cdi_root,
-    gpu_spec,
-    nonempty_modes,
-    qualified_name,
-)
+from kubegpu.allocation.cdi import CdiOptions, build_specs, cdi_root, gpu_spec, nonempty_modes, qualified_name
 from kubegpu.allocation.resources import build_resources
 from kubegpu.node.inventory import Inventory, MigDevice
+from kubegpu.plugin.cdi_files import CdiSpecWriter
 from tests.builders import gpu_uuid, make_gpus, make_inventory
 from tests.cdi_schema import CDI_SPEC_SCHEMA
 

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.plugin.daemon import StartupError, allocate_options
-from kubegpu.settings.nvidia_config import ConfigError, resolve
-from tests.test_config import defaults, write
+from kubegpu.allocation.from_settings import allocate_options
+from kubegpu.node.driverfiles import ImexChannelError
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.plugin import resolve
+from tests.settings.test_plugin_settings import defaults, write
 
 
 def test_defaults_are_nvidias() -> None:
@@ -108,5 +110,5 @@ def test_missing_imex_channel_is_skipped_or_fatal(tmp_path: Path, caplog: pytest
     assert allocate_options(skipped).imex_channels == ()
     assert "Ignoring requested IMEX channel 0" in caplog.text
     required = resolve(defaults(driver_root=str(tmp_path), imex_channel_ids=["0"], imex_required=True))
-    with pytest.raises(StartupError, match="requested IMEX channel 0 does not exist"):
+    with pytest.raises(ImexChannelError, match="requested IMEX channel 0 does not exist"):
         allocate_options(required)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.labels import output as output_module
+from kubegpu.common import files as files_module
 from kubegpu.labels.output import FileOutput, OutputError, StdoutOutput, format_labels, make_output
 
 LABELS = {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.count": "4", "nvidia.com/cuda.driver.rev": ""}
@@ -54,7 +54,7 @@ def test_full_disk_keeps_the_old_file_and_says_why(tmp_path: Path, monkeypatch: 
     def disk_full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(output_module, "_write_fully", disk_full)
+    monkeypatch.setattr(files_module, "_write_fully", disk_full)
     with pytest.raises(OutputError) as caught:
         out.write({"a": "b"})
     message = str(caught.value)

@@ -32,8 +32,7 @@ from kubegpu.configmanager.procsignal import (
 from kubegpu.configmanager.selection import available_configs, select_config
 from kubegpu.configmanager.symlink import update_symlink
 from kubegpu.configmanager.watch import Backoff, LabelTracker, NodeLabelWatcher, connect
-
-from .fakeapi import FakeApiServer
+from tests.fakeapi import FakeApiServer
 
 LABEL = "nvidia.com/device-plugin.config"
 NODE = "gpu-node-1"

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kubegpu.mps.paths import MpsRoot
+from kubegpu.node.mps_paths import MpsRoot
 
 NVIDIA_SMI = "nvidia-smi"
 MPS_CONTROL = "nvidia-cuda-mps-control"

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from kubegpu.labels import output as output_module
+from kubegpu.common import files as files_module
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.loop import SignalWaiter, serve
 from kubegpu.labels.settings import LabelSettings
@@ -156,7 +156,7 @@ def test_label_error_exits_1_and_removes_the_file(out: Path) -> None:
 def test_failed_write_is_retried_at_the_next_interval(
     out: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = output_module._write_fully
+    real = files_module._write_fully
     failures = iter([True, False])
 
     def flaky(fd: int, data: bytes) -> None:
@@ -164,7 +164,7 @@ def test_failed_write_is_retried_at_the_next_interval(
             raise OSError(28, "No space left on device")
         real(fd, data)
 
-    monkeypatch.setattr(output_module, "_write_fully", flaky)
+    monkeypatch.setattr(files_module, "_write_fully", flaky)
     seen: list[bool] = []
 
     class Watch(Script):

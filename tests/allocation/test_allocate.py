@@ -5,8 +5,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kubegpu.allocation.allocate import (
-    DEVICE_ID_STRATEGIES,
-    DEVICE_LIST_STRATEGIES,
     AllocateOptions,
     AllocationRequestError,
     allocate_container,
@@ -15,6 +13,7 @@ from kubegpu.allocation.allocate import (
 from kubegpu.allocation.resources import Device, Resource, build_resources
 from kubegpu.node.driverfiles import MODES
 from kubegpu.node.inventory import Health
+from kubegpu.settings.choices import DEVICE_ID_STRATEGIES, DEVICE_LIST_STRATEGIES
 from tests.builders import gpu_uuid, make_inventory
 
 RESOURCE = build_resources(make_inventory(8))[0]

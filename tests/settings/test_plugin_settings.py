@@ -7,15 +7,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubegpu.settings.nvidia_config import (
-    FLAGS,
-    ConfigError,
-    FlagValue,
-    merge_flags,
-    parse_bool,
-    parse_config_text,
-    resolve,
-)
+from kubegpu.settings.flags import FLAGS, FlagValue, merge_flags
+from kubegpu.settings.goparse import parse_bool
+from kubegpu.settings.nvidia_config import ConfigError, parse_config_text
+from kubegpu.settings.plugin import resolve
 
 
 def defaults(**explicit: object) -> dict[str, FlagValue]:

@@ -1,0 +1,48 @@
+"""`kubegpu plugin`: the device plugin daemon's command."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Any
+
+import click
+
+from kubegpu.cli.logs import setup_logging
+from kubegpu.cli.params import flag_values, plugin_flag_options
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.plugin import PluginSettings, resolve
+
+log = logging.getLogger("kubegpu")
+
+
+@click.command("plugin")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@plugin_flag_options
+@click.pass_context
+def plugin_cmd(ctx: click.Context, verbose: bool, **params: Any) -> None:
+    """Run the device plugin daemon on this node.
+
+    Flags, env vars and the config file are NVIDIA's (k8s-device-plugin v0.20): a flag on the command line
+    beats its env var, which beats the config file, which beats the default.
+    """
+    setup_logging(verbose)
+    flags = flag_values(ctx, params)
+    try:
+        settings = resolve(flags)
+    except ConfigError as err:
+        log.error("%s", err)
+        sys.exit(1)
+
+    from kubegpu.plugin.daemon import Daemon, StartupError
+
+    def reload_settings() -> PluginSettings:
+        return resolve(flags)
+
+    try:
+        code = asyncio.run(Daemon(settings, reload_settings=reload_settings).run())
+    except StartupError as err:
+        log.error("%s", err)
+        sys.exit(1)
+    sys.exit(code)

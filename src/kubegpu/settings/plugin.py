@@ -1,0 +1,138 @@
+"""The settings the daemon runs with: the config file merged with the flags, validated as NVIDIA does."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubegpu.settings.choices import (
+    DEFAULT_KUBELET_SOCKET,
+    DEVICE_ID_STRATEGIES,
+    DEVICE_LIST_STRATEGIES,
+    DISTRIBUTED,
+    MIG_STRATEGIES,
+    SHARED_ALLOCATION_POLICIES,
+)
+from kubegpu.settings.flags import FLAGS, FlagValue, merge_flags
+from kubegpu.settings.nvidia_config import (
+    Config,
+    ConfigError,
+    Flags,
+    PluginFlags,
+    apply_nvidia_restrictions,
+    apply_sharing_defaults,
+    load_config_file,
+)
+from kubegpu.settings.nvidia_sharing import SharingStrategy
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSettings:
+    """The merged, validated settings the daemon runs with."""
+
+    config: Config
+    kubelet_socket: str
+    config_file: str
+    warnings: tuple[str, ...] = ()
+    allow_customization: bool = False
+    mps_client_limits: bool = True
+    http_port: int = 0
+    http_address: str = ""
+    pod_resources_socket: str = ""
+    health_grace_s: float = 60.0
+
+    @property
+    def flags(self) -> Flags:
+        return self.config.flags
+
+    @property
+    def plugin(self) -> PluginFlags:
+        return self.config.flags.plugin or PluginFlags()
+
+    @property
+    def device_list_strategies(self) -> tuple[str, ...]:
+        return tuple(self.plugin.deviceListStrategy or ("envvar",))
+
+    def sharing_strategy(self) -> tuple[str, SharingStrategy | None]:
+        """("mps" | "time-slicing" | "none", its block): NVIDIA's resolution, MPS first."""
+        if self.config.sharing is None:
+            return "none", None
+        return self.config.sharing.strategy()
+
+    def log_json(self) -> str:
+        return self.config.model_dump_json(indent=2, exclude_none=True)
+
+
+def validate(settings: PluginSettings) -> None:
+    """NVIDIA's startup validation, with its texts (prefixed 'unable to validate flags:')."""
+    flags, plugin = settings.flags, settings.plugin
+    problems: list[str] = []
+    for strategy in settings.device_list_strategies:
+        if strategy not in DEVICE_LIST_STRATEGIES:
+            problems.append(f"invalid --device-list-strategy option: invalid strategy: {strategy}")
+    if (plugin.deviceIDStrategy or "uuid") not in DEVICE_ID_STRATEGIES:
+        problems.append(f"invalid --device-id-strategy option: {plugin.deviceIDStrategy}")
+    policy = plugin.sharedDevicesAllocationPolicy or DISTRIBUTED
+    if policy not in SHARED_ALLOCATION_POLICIES:
+        problems.append(f"invalid --shared-devices-allocation-policy option: {policy}")
+    channel_ids = settings.config.imex.channelIDs if settings.config.imex else None
+    if channel_ids not in (None, [], [0]):
+        # The file's value is checked when it is parsed; this catches --imex-channel-ids / IMEX_CHANNEL_IDS.
+        found = " ".join(str(i) for i in channel_ids or [])
+        problems.append(
+            f"invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; found [{found}]"
+        )
+    mig = flags.migStrategy or "none"
+    if mig not in MIG_STRATEGIES:
+        problems.append(f"unknown MIG strategy: {mig}")
+    sharing_kind, _ = settings.sharing_strategy()
+    if sharing_kind == "mps":
+        if mig == "mixed":
+            problems.append("using --mig-strategy=mixed is not supported with MPS")
+        if not flags.mpsRoot:
+            problems.append("using MPS requires --mps-root to be specified")
+    if problems:
+        raise ConfigError(
+            "unable to validate flags: " + "; ".join(problems),
+            [f"unable to validate flags: {p}" for p in problems],
+        )
+
+
+def _value(flags: Mapping[str, FlagValue], name: str) -> Any:
+    """A flag's value, or its default when the caller did not pass it (e.g. tests, other commands)."""
+    given = flags.get(name)
+    return given.value if given is not None else next(s.default for s in FLAGS if s.name == name)
+
+
+def flag_enabled(flags: Mapping[str, FlagValue], name: str) -> bool:
+    given = flags.get(name)
+    return bool(given and given.value)
+
+
+def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
+    """Load the config file named by the flags (if any), merge the flags, validate. Raises ConfigError."""
+    config_file = str(flags["config-file"].value) if "config-file" in flags else ""
+    config, warnings = load_config_file(config_file) if config_file else (Config(), [])
+    merged = merge_flags(config, flags)
+    warnings = warnings + apply_nvidia_restrictions(
+        merged, flag_enabled(flags, "allow-resource-customization")
+    )
+    apply_sharing_defaults(merged)
+    if warnings and flag_enabled(flags, "strict-config"):
+        raise ConfigError("strict config: " + "; ".join(warnings), [f"strict config: {w}" for w in warnings])
+    kubelet = flags.get("kubelet-socket")
+    settings = PluginSettings(
+        config=merged,
+        kubelet_socket=DEFAULT_KUBELET_SOCKET if kubelet is None else str(kubelet.value),
+        config_file=config_file,
+        warnings=tuple(warnings),
+        allow_customization=flag_enabled(flags, "allow-resource-customization"),
+        mps_client_limits=flags["mps-client-limits"].value if "mps-client-limits" in flags else True,
+        http_port=int(_value(flags, "http-port")),
+        http_address=str(_value(flags, "http-address")),
+        pod_resources_socket=str(_value(flags, "pod-resources-socket")),
+        health_grace_s=float(_value(flags, "health-grace-period")),
+    )
+    validate(settings)
+    return settings
