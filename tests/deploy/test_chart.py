@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +15,21 @@ import pytest
 import yaml
 
 from .conftest import (
+    CHART,
     CONFIG_FILES,
+    DEFAULTS,
+    NAMESPACE,
     ROOT,
+    HelmError,
     by_kind,
     containers,
     env,
     example_values_files,
-    helmlite,
+    helm,
+    prerender,
     render,
+    render_each,
+    value_args,
 )
 
 PLUGIN_DS = "kubegpu-device-plugin"
@@ -37,38 +46,82 @@ def plugin(objs: list[dict[str, Any]]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ the schema
 
 
-def test_schema_accepts_the_defaults_and_every_example(chart: helmlite.Chart) -> None:
-    helmlite.validate_values(chart, chart.values)
-    for path in example_values_files():
-        helmlite.validate_values(chart, helmlite.merge_values(chart, [path]))
-    helmlite.validate_values(chart, helmlite.merge_values(chart, set_files=CONFIG_FILES))
+def lint(files: tuple[Path, ...] = (), set_files: dict[str, Path] | None = None) -> str:
+    """`helm lint --strict` (warnings are errors) for these values; HelmError when the chart fails it."""
+    options = value_args(files, tuple((set_files or {}).items()))
+    return helm("lint", "--strict", CHART, "-n", NAMESPACE, *options, stdin="{}")
 
 
-@pytest.mark.parametrize(
-    ("values", "complaint"),
-    [
-        ({"migStrategey": "mixed"}, "'migStrategey' was unexpected"),  # a typo is an error, not a no-op
-        ({"nfd": {"enabled": False}}, "'nfd' was unexpected"),  # NVIDIA's, not implemented by kubegpu
-        ({"gdsEnabled": True}, "'gdsEnabled' was unexpected"),
-        ({"migStrategy": "both"}, "'both' is not one of"),
-        ({"deviceIDStrategy": "serial"}, "'serial' is not one of"),
-        ({"deviceListStrategy": "envvar,cdi"}, "does not match"),
-        ({"failOnInitError": "false"}, "is not of type 'boolean', 'null'"),
-        ({"config": {"fallbackStrategies": ["first"]}}, "'first' is not one of"),
-        ({"config": {"map": {"a": {"version": "v1"}}}}, "is not of type 'string'"),
-        ({"health": {"port": "8080"}}, "is not of type 'integer', 'null'"),
-        ({"image": {"pullPolicy": "Sometimes"}}, "'Sometimes' is not one of"),
-        ({"nvidiaDriverRoot": "run/nvidia/driver"}, "does not match '^/'"),
-    ],
-)
-def test_schema_rejects_bad_values(chart: helmlite.Chart, values: dict[str, Any], complaint: str) -> None:
-    with pytest.raises(helmlite.TemplateError, match="schema") as err:
-        helmlite.validate_values(chart, helmlite.coalesce(chart.values, values))
+def test_helm_lint_strict_passes_the_defaults_and_every_example() -> None:
+    cases: list[tuple[tuple[Path, ...], dict[str, Path] | None]] = [((), None), ((), CONFIG_FILES)]
+    cases += [((path,), None) for path in example_values_files()]
+    cases += [((path,), CONFIG_FILES) for path in example_values_files()]
+    assert len(cases) == 12
+
+    def outcome(case: tuple[tuple[Path, ...], dict[str, Path] | None]) -> str:
+        try:
+            return lint(*case)
+        except HelmError as err:
+            return f"FAILED: {err}"
+
+    with ThreadPoolExecutor() as pool:  # twelve helm processes: side by side
+        outputs = list(pool.map(outcome, cases))
+    for (files, set_files), out in zip(cases, outputs, strict=True):
+        what = ([f.name for f in files], bool(set_files))
+        assert "1 chart(s) linted, 0 chart(s) failed" in out, (what, out)
+        assert "[WARNING]" not in out and "[ERROR]" not in out, (what, out)
+
+
+def test_helm_lint_is_really_looking(tmp_path: Path) -> None:
+    bad = tmp_path / "bad-values.yaml"
+    bad.write_text("migStrategy: both\n")
+    with pytest.raises(HelmError) as err:
+        lint((bad,))
+    assert "[ERROR] values.yaml: - at '/migStrategy': value must be one of" in err.value.stdout
+    assert str(err.value) == "Error: 1 chart(s) linted, 1 chart(s) failed"
+
+
+SCHEMA_ERROR = "values don't meet the specifications of the schema(s) in the following chart(s):\nkubegpu:\n"
+
+
+SCHEMA_REFUSALS = [
+    ({"migStrategey": "mixed"}, "- at '': additional properties 'migStrategey' not allowed"),  # a typo
+    ({"nfd": {"enabled": False}}, "additional properties 'nfd' not allowed"),  # NVIDIA's, not ours
+    ({"gdsEnabled": True}, "additional properties 'gdsEnabled' not allowed"),
+    ({"migStrategy": "both"}, "at '/migStrategy': value must be one of 'none', 'single', 'mixed'"),
+    ({"deviceIDStrategy": "serial"}, "at '/deviceIDStrategy': value must be one of 'uuid', 'index'"),
+    (
+        {"deviceListStrategy": "envvar,cdi"},
+        "at '/deviceListStrategy': 'envvar,cdi' does not match pattern",
+    ),
+    ({"failOnInitError": "false"}, "at '/failOnInitError': got string, want null or boolean"),
+    (
+        {"config": {"fallbackStrategies": ["first"]}},
+        "at '/config/fallbackStrategies/0': value must be one of 'named', 'single', 'empty'",
+    ),
+    ({"config": {"map": {"a": {"version": "v1"}}}}, "at '/config/map/a': got object, want string"),
+    ({"health": {"port": "8080"}}, "at '/health/port': got string, want null or integer"),
+    (
+        {"image": {"pullPolicy": "Sometimes"}},
+        "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
+    ),
+    (
+        {"nvidiaDriverRoot": "run/nvidia/driver"},
+        "at '/nvidiaDriverRoot': 'run/nvidia/driver' does not match pattern '^/'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "complaint"), SCHEMA_REFUSALS)
+def test_helm_template_refuses_values_the_schema_forbids(values: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(HelmError) as err:
+        render(values)
+    assert str(err.value).startswith("Error: " + SCHEMA_ERROR), err.value
     assert complaint in str(err.value)
 
 
-def test_nvidia_value_names_and_defaults(chart: helmlite.Chart) -> None:
-    v = chart.values
+def test_nvidia_value_names_and_defaults() -> None:
+    v = DEFAULTS
     # NVIDIA's null defaults: the env var is left out and the plugin's own default applies.
     for key in ("compatWithCPUManager", "migStrategy", "failOnInitError", "deviceListStrategy"):
         assert key in v and v[key] is None, key
@@ -94,58 +147,56 @@ def test_nvidia_value_names_and_defaults(chart: helmlite.Chart) -> None:
 # ------------------------------------------------------------------------------ NVIDIA's refusals
 
 
-@pytest.mark.parametrize(
-    ("values", "namespace", "message"),
-    [
-        (
-            {"config": {"name": "x", "map": {"a": "version: v1"}}},
-            "gpu",
-            "Only one of 'config.name' or 'config.map'",
-        ),
-        ({"config": {"map": {"a": "", "b": ""}}}, "gpu", "A default config must be provided"),
-        (
-            {"config": {"map": {"a": "", "b": ""}, "default": "c"}},
-            "gpu",
-            '"c", which is not a key of config.map',
-        ),
-        ({}, "default", "Running in the 'default' namespace is not recommended"),
-    ],
-)
-def test_refused_like_nvidia(
-    chart: helmlite.Chart, values: dict[str, Any], namespace: str, message: str
-) -> None:
-    with pytest.raises(helmlite.TemplateError, match=message):
-        render(chart, values, namespace=namespace)
+NVIDIA_REFUSALS = [
+    (
+        {"config": {"name": "x", "map": {"a": "version: v1"}}},
+        "gpu",
+        "Only one of 'config.name' or 'config.map'",
+    ),
+    ({"config": {"map": {"a": "", "b": ""}}}, "gpu", "A default config must be provided"),
+    (
+        {"config": {"map": {"a": "", "b": ""}, "default": "c"}},
+        "gpu",
+        '"c", which is not a key of config.map',
+    ),
+    ({}, "default", "Running in the 'default' namespace is not recommended"),
+]
 
 
-@pytest.mark.parametrize(
-    "values",
-    [
-        {"config": {"map": {"a": "", "b": ""}, "fallbackStrategies": ["empty"]}},
-        {"config": {"map": {"a": "", "default": ""}}},  # named
-        {"config": {"map": {"only": ""}}},  # single
-        {"config": {"map": {"a": "", "b": ""}, "default": "b"}},
-    ],
-)
-def test_a_default_config_is_found(chart: helmlite.Chart, values: dict[str, Any]) -> None:
-    assert by_kind(render(chart, values), "ConfigMap")
+@pytest.mark.parametrize(("values", "namespace", "message"), NVIDIA_REFUSALS)
+def test_refused_like_nvidia(values: dict[str, Any], namespace: str, message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render(values, namespace=namespace)
 
 
-def test_default_namespace_allowed_on_request(chart: helmlite.Chart) -> None:
-    assert render(chart, {"allowDefaultNamespace": True}, namespace="default")
+DEFAULT_CONFIG_FOUND = [
+    {"config": {"map": {"a": "", "b": ""}, "fallbackStrategies": ["empty"]}},
+    {"config": {"map": {"a": "", "default": ""}}},  # named
+    {"config": {"map": {"only": ""}}},  # single
+    {"config": {"map": {"a": "", "b": ""}, "default": "b"}},
+]
+
+
+@pytest.mark.parametrize("values", DEFAULT_CONFIG_FOUND)
+def test_a_default_config_is_found(values: dict[str, Any]) -> None:
+    assert by_kind(render(values), "ConfigMap")
+
+
+def test_default_namespace_allowed_on_request() -> None:
+    assert render({"allowDefaultNamespace": True}, namespace="default")
 
 
 # --------------------------------------------------------------------------- what the values become
 
 
-def test_defaults_render_the_plugin_alone_on_gpu_nodes(chart: helmlite.Chart) -> None:
-    objs = render(chart)
+def test_defaults_render_the_plugin_alone_on_gpu_nodes() -> None:
+    objs = render()
     assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [("DaemonSet", PLUGIN_DS)]
     ds = objs[0]
     spec = ds["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == NVIDIA_TOLERATIONS
-    assert spec["affinity"] == chart.values["affinity"]
+    assert spec["affinity"] == DEFAULTS["affinity"]
     assert spec["automountServiceAccountToken"] is False  # nothing in it calls the API server
     assert [v["name"] for v in spec["volumes"]] == ["kubelet-device-plugins-dir"]
     assert spec["volumes"][0]["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
@@ -159,52 +210,52 @@ def test_defaults_render_the_plugin_alone_on_gpu_nodes(chart: helmlite.Chart) ->
     )
 
 
-@pytest.mark.parametrize(
-    ("values", "expected"),
-    [
-        ({"migStrategy": "none"}, {"MIG_STRATEGY": "none"}),
-        ({"migStrategy": "mixed"}, {"MIG_STRATEGY": "mixed", "NVIDIA_MIG_MONITOR_DEVICES": "all"}),
-        ({"failOnInitError": False}, {"FAIL_ON_INIT_ERROR": "false"}),
-        ({"compatWithCPUManager": True}, {"PASS_DEVICE_SPECS": "true"}),
-        ({"compatWithCPUManager": False}, {"PASS_DEVICE_SPECS": "false"}),
-        ({"deviceListStrategy": "volume-mounts"}, {"DEVICE_LIST_STRATEGY": "volume-mounts"}),
-        ({"deviceIDStrategy": "index"}, {"DEVICE_ID_STRATEGY": "index"}),
-        ({"nvidiaDriverRoot": "/run/nvidia/driver"}, {"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver"}),
-        ({"nvidiaDevRoot": "/"}, {"NVIDIA_DEV_ROOT": "/"}),
-        ({"health": {"port": 8080}}, {"KUBEGPU_HTTP_PORT": "8080"}),
-    ],
-)
-def test_values_become_the_plugins_env_vars(
-    chart: helmlite.Chart, values: dict[str, Any], expected: dict[str, str]
-) -> None:
-    got = env(plugin(render(chart, values)))
+ENV_VARS = [
+    ({"migStrategy": "none"}, {"MIG_STRATEGY": "none"}),
+    ({"migStrategy": "mixed"}, {"MIG_STRATEGY": "mixed", "NVIDIA_MIG_MONITOR_DEVICES": "all"}),
+    ({"failOnInitError": False}, {"FAIL_ON_INIT_ERROR": "false"}),
+    ({"compatWithCPUManager": True}, {"PASS_DEVICE_SPECS": "true"}),
+    ({"compatWithCPUManager": False}, {"PASS_DEVICE_SPECS": "false"}),
+    ({"deviceListStrategy": "volume-mounts"}, {"DEVICE_LIST_STRATEGY": "volume-mounts"}),
+    ({"deviceIDStrategy": "index"}, {"DEVICE_ID_STRATEGY": "index"}),
+    ({"nvidiaDriverRoot": "/run/nvidia/driver"}, {"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver"}),
+    ({"nvidiaDevRoot": "/"}, {"NVIDIA_DEV_ROOT": "/"}),
+    ({"health": {"port": 8080}}, {"KUBEGPU_HTTP_PORT": "8080"}),
+]
+
+
+@pytest.mark.parametrize(("values", "expected"), ENV_VARS)
+def test_values_become_the_plugins_env_vars(values: dict[str, Any], expected: dict[str, str]) -> None:
+    got = env(plugin(render(values)))
     got.pop("NVIDIA_VISIBLE_DEVICES")
     got.pop("NVIDIA_DRIVER_CAPABILITIES")
     assert got == expected
 
 
-def test_every_env_var_of_the_plugin_means_something_to_it(chart: helmlite.Chart) -> None:
+EVERYTHING = {
+    "migStrategy": "mixed",
+    "failOnInitError": True,
+    "compatWithCPUManager": True,
+    "deviceListStrategy": "envvar",
+    "deviceIDStrategy": "uuid",
+    "nvidiaDriverRoot": "/run/nvidia/driver",
+    "nvidiaDevRoot": "/",
+    "health": {"port": 8080},
+}
+
+
+def test_every_env_var_of_the_plugin_means_something_to_it() -> None:
     from kubegpu.settings.flags import FLAGS
 
     known = {e for spec in FLAGS for e in spec.envvars}
     # Read by the NVIDIA container runtime, not the plugin.
     known |= {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_MONITOR_DEVICES"}
-    everything = {
-        "migStrategy": "mixed",
-        "failOnInitError": True,
-        "compatWithCPUManager": True,
-        "deviceListStrategy": "envvar",
-        "deviceIDStrategy": "uuid",
-        "nvidiaDriverRoot": "/run/nvidia/driver",
-        "nvidiaDevRoot": "/",
-        "health": {"port": 8080},
-    }
-    used = set(env(plugin(render(chart, everything, set_files=CONFIG_FILES))))
+    used = set(env(plugin(render(EVERYTHING, set_files=CONFIG_FILES))))
     assert used - known == set()
 
 
-def test_driver_root_is_mounted_read_only(chart: helmlite.Chart) -> None:
-    objs = render(chart, {"nvidiaDriverRoot": "/run/nvidia/driver"})
+def test_driver_root_is_mounted_read_only() -> None:
+    objs = render({"nvidiaDriverRoot": "/run/nvidia/driver"})
     ctr = plugin(objs)
     assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True} in ctr["volumeMounts"]
     volumes = by_kind(objs, "DaemonSet")[PLUGIN_DS]["spec"]["template"]["spec"]["volumes"]
@@ -214,33 +265,31 @@ def test_driver_root_is_mounted_read_only(chart: helmlite.Chart) -> None:
 LOCKED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True}
 
 
-@pytest.mark.parametrize(
-    ("values", "expected"),
-    [
-        ({}, {**LOCKED, "capabilities": {"drop": ["ALL"]}}),
-        ({"compatWithCPUManager": True}, {"privileged": True}),
-        ({"migStrategy": "single"}, {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}),
-        ({"migStrategy": "none"}, {**LOCKED, "capabilities": {"drop": ["ALL"]}}),
-        (
-            {"deviceListStrategy": "envvar,volume-mounts"},
-            {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}},
-        ),
-        ({"config": {"name": "cm"}}, {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}),
-        (
-            {"config": {"name": "cm"}, "migStrategy": "none", "deviceListStrategy": "envvar"},
-            {**LOCKED, "capabilities": {"drop": ["ALL"]}},
-        ),
-        ({"securityContext": {"runAsNonRoot": False}}, {"runAsNonRoot": False}),  # verbatim wins
-    ],
-)
-def test_security_context_follows_nvidias_rules(
-    chart: helmlite.Chart, values: dict[str, Any], expected: dict[str, Any]
-) -> None:
-    assert plugin(render(chart, values))["securityContext"] == expected
+SECURITY_CONTEXTS = [
+    ({}, {**LOCKED, "capabilities": {"drop": ["ALL"]}}),
+    ({"compatWithCPUManager": True}, {"privileged": True}),
+    ({"migStrategy": "single"}, {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}),
+    ({"migStrategy": "none"}, {**LOCKED, "capabilities": {"drop": ["ALL"]}}),
+    (
+        {"deviceListStrategy": "envvar,volume-mounts"},
+        {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}},
+    ),
+    ({"config": {"name": "cm"}}, {**LOCKED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}),
+    (
+        {"config": {"name": "cm"}, "migStrategy": "none", "deviceListStrategy": "envvar"},
+        {**LOCKED, "capabilities": {"drop": ["ALL"]}},
+    ),
+    ({"securityContext": {"runAsNonRoot": False}}, {"runAsNonRoot": False}),  # verbatim wins
+]
 
 
-def test_a_config_map_brings_config_manager_rbac_and_the_mps_daemon(chart: helmlite.Chart) -> None:
-    objs = render(chart, {"gfd": {"enabled": True}}, set_files=CONFIG_FILES)
+@pytest.mark.parametrize(("values", "expected"), SECURITY_CONTEXTS)
+def test_security_context_follows_nvidias_rules(values: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert plugin(render(values))["securityContext"] == expected
+
+
+def test_a_config_map_brings_config_manager_rbac_and_the_mps_daemon() -> None:
+    objs = render({"gfd": {"enabled": True}}, set_files=CONFIG_FILES)
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
     assert kinds == [
         ("ClusterRole", "kubegpu-role"),
@@ -274,16 +323,16 @@ def test_a_config_map_brings_config_manager_rbac_and_the_mps_daemon(chart: helml
     assert env(plugin(objs))["CONFIG_FILE"] == "/config/config.yaml"
 
 
-def test_an_external_config_map_is_referenced_not_created(chart: helmlite.Chart) -> None:
-    objs = render(chart, {"config": {"name": "kubegpu-configs", "default": "default"}})
+def test_an_external_config_map_is_referenced_not_created() -> None:
+    objs = render({"config": {"name": "kubegpu-configs", "default": "default"}})
     assert not by_kind(objs, "ConfigMap")
     volumes = by_kind(objs, "DaemonSet")[PLUGIN_DS]["spec"]["template"]["spec"]["volumes"]
     assert {"name": "available-configs", "configMap": {"name": "kubegpu-configs"}} in volumes
     assert "annotations" not in by_kind(objs, "DaemonSet")[PLUGIN_DS]["spec"]["template"]["metadata"]
 
 
-def test_health_port_switches_the_probes_to_http(chart: helmlite.Chart) -> None:
-    ctr = plugin(render(chart, {"health": {"port": 8080}}))
+def test_health_port_switches_the_probes_to_http() -> None:
+    ctr = plugin(render({"health": {"port": 8080}}))
     assert ctr["ports"] == [{"name": "health", "containerPort": 8080}]
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
@@ -292,19 +341,19 @@ def test_health_port_switches_the_probes_to_http(chart: helmlite.Chart) -> None:
     ]
 
 
-def test_runtime_class_is_created_on_request_and_kept_on_uninstall(chart: helmlite.Chart) -> None:
-    assert not by_kind(render(chart), "RuntimeClass")
-    rc = by_kind(render(chart, {"runtimeClass": {"create": True}}), "RuntimeClass")["nvidia"]
+def test_runtime_class_is_created_on_request_and_kept_on_uninstall() -> None:
+    assert not by_kind(render(), "RuntimeClass")
+    rc = by_kind(render({"runtimeClass": {"create": True}}), "RuntimeClass")["nvidia"]
     assert rc["handler"] == "nvidia"
     assert rc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
 
-def test_names_follow_the_release(chart: helmlite.Chart) -> None:
-    objs = render(chart, {"fullnameOverride": "gpu"})
+def test_names_follow_the_release() -> None:
+    objs = render({"fullnameOverride": "gpu"})
     assert set(by_kind(objs, "DaemonSet")) == {"gpu-device-plugin"}
-    merged = helmlite.merge_values(chart)
-    other = helmlite.render(chart, merged, "prod", "gpu")
-    assert other[0].obj["metadata"]["name"] == "prod-kubegpu-device-plugin"
+    other = render(release="prod", namespace="gpu")
+    assert other[0]["metadata"]["name"] == "prod-kubegpu-device-plugin"
+    assert other[0]["metadata"]["namespace"] == "gpu"
 
 
 # ------------------------------------------------------------------------------------ node selection
@@ -342,10 +391,8 @@ def schedulable_on(pod_spec: dict[str, Any], labels: dict[str, str]) -> bool:
         ({"nvidia.com/gpu.present": "false"}, False),
     ],
 )
-def test_the_daemonsets_only_land_on_gpu_nodes(
-    chart: helmlite.Chart, labels: dict[str, str], lands: bool
-) -> None:
-    objs = render(chart, {"gfd": {"enabled": True}}, set_files=CONFIG_FILES)
+def test_the_daemonsets_only_land_on_gpu_nodes(labels: dict[str, str], lands: bool) -> None:
+    objs = render({"gfd": {"enabled": True}}, set_files=CONFIG_FILES)
     for name, ds in by_kind(objs, "DaemonSet").items():
         spec = ds["spec"]["template"]["spec"]
         if name.endswith("mps-control-daemon"):
@@ -356,20 +403,20 @@ def test_the_daemonsets_only_land_on_gpu_nodes(
 # ------------------------------------------------------------------------- the probe used until issue 5
 
 
-def _probe_code(chart: helmlite.Chart, directory: Path) -> str:
-    cmd = plugin(render(chart))["livenessProbe"]["exec"]["command"]
-    assert cmd[:2] == ["python", "-c"] and cmd == plugin(render(chart))["readinessProbe"]["exec"]["command"]
+def _probe_code(directory: Path) -> str:
+    cmd = plugin(render())["livenessProbe"]["exec"]["command"]
+    assert cmd[:2] == ["python", "-c"] and cmd == plugin(render())["readinessProbe"]["exec"]["command"]
     return cmd[2].replace("/var/lib/kubelet/device-plugins", str(directory))
 
 
-def test_socket_probe(chart: helmlite.Chart) -> None:
+def test_socket_probe() -> None:
     # A short directory: AF_UNIX socket paths are limited to 107 bytes, and pytest's tmp_path can be longer.
     with tempfile.TemporaryDirectory(prefix="kg-probe-") as tmp:
-        _check_socket_probe(chart, Path(tmp))
+        _check_socket_probe(Path(tmp))
 
 
-def _check_socket_probe(chart: helmlite.Chart, directory: Path) -> None:
-    code = _probe_code(chart, directory)
+def _check_socket_probe(directory: Path) -> None:
+    code = _probe_code(directory)
 
     def probe() -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
@@ -388,28 +435,58 @@ def _check_socket_probe(chart: helmlite.Chart, directory: Path) -> None:
     assert stale.returncode == 1 and "ConnectionRefusedError" in stale.stderr
 
 
-def test_example_values_render(chart: helmlite.Chart) -> None:
-    for path in example_values_files():
-        assert render(chart, files=[path]), path.name
+def test_example_values_render() -> None:
+    paths = example_values_files()
+    for path, objs in zip(paths, render_each([{"files": [p]} for p in paths]), strict=True):
+        assert by_kind(objs, "DaemonSet"), path.name
     assert yaml.safe_load((ROOT / "deployments/helm/examples/values-sharing.yaml").read_text())["gfd"][
         "enabled"
     ]
 
 
-def test_install_notes_render(chart: helmlite.Chart) -> None:
-    """NOTES.txt (printed by helm install; helm template skips it, and so does render()) renders too."""
-    _, defines = chart.parsed()
-    source = (chart.path / "templates/NOTES.txt").read_text()
+def install_notes(values: dict[str, Any], namespace: str) -> str:
+    """NOTES.txt as `helm install` prints it (`helm template` skips it); a client-side dry run needs no
+    cluster."""
+    out = helm(
+        "install", "kubegpu", CHART, "-n", namespace, "--dry-run=client", "-f", "-", stdin=json.dumps(values)
+    )
+    return out.split("\nNOTES:\n", 1)[1]
+
+
+def test_install_notes_render() -> None:
     for values, expect in (
         ({}, "rollout status ds/kubegpu-device-plugin"),
-        ({"config": {"name": "cm"}}, "cm"),
+        ({"config": {"name": "cm"}}, "(configs in ConfigMap cm; nodes without the label get the fallback)"),
     ):
-        merged = helmlite.coalesce(chart.values, values)
-        top = {
-            "Values": merged,
-            "Release": {"Name": "kubegpu", "Namespace": "gpu"},
-            "Chart": {"Name": "kubegpu", "AppVersion": "0.1.0", "Version": "0.1.0"},
-        }
-        nodes = helmlite._parse(source, "templates/NOTES.txt", dict(defines))
-        text = helmlite.Renderer(defines).run(nodes, top, helmlite._Scope(top))
+        text = install_notes(values, "gpu")
         assert expect in text and "kubectl -n gpu" in text
+        assert text.startswith("kubegpu 0.1.0 is installed in namespace gpu.")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _rendered_side_by_side() -> None:
+    """The value sets of the parametrized checks, rendered at once before the first check: each test then
+    reads helm's output (or refusal) from render's cache instead of waiting for its own helm process."""
+    cases = [{"values": values} for values, _ in SCHEMA_REFUSALS + ENV_VARS + SECURITY_CONTEXTS]
+    cases += [{"values": values, "namespace": namespace} for values, namespace, _ in NVIDIA_REFUSALS]
+    cases += [{"values": values} for values in DEFAULT_CONFIG_FOUND]
+    cases += [{"values": values} for values in RENDERED_ONCE]
+    cases += [
+        {"values": {"gfd": {"enabled": True}}, "set_files": CONFIG_FILES},
+        {"values": EVERYTHING, "set_files": CONFIG_FILES},
+        {"values": {"allowDefaultNamespace": True}, "namespace": "default"},
+        {"release": "prod", "namespace": "gpu"},
+    ]
+    prerender(cases)
+
+
+# What the single checks above render with the default release and namespace (a value set missing here only
+# costs time).
+RENDERED_ONCE = [
+    {},
+    {"nvidiaDriverRoot": "/run/nvidia/driver"},
+    {"config": {"name": "kubegpu-configs", "default": "default"}},
+    {"health": {"port": 8080}},
+    {"runtimeClass": {"create": True}},
+    {"fullnameOverride": "gpu"},
+]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from .conftest import CONFIG_FILES, ROOT, by_kind, helmlite, render
+import pytest
+
+from .conftest import CONFIG_FILES, DEFAULTS, ROOT, HelmError, by_kind, render
 
 GUIDE = (ROOT / "docs/install.md").read_text()
 
@@ -16,12 +18,12 @@ def test_every_repository_path_in_the_guide_exists() -> None:
     assert missing == []
 
 
-def test_every_value_the_guide_lists_is_a_chart_value(chart: helmlite.Chart) -> None:
+def test_every_value_the_guide_lists_is_a_chart_value() -> None:
     section = GUIDE.split("Values that mean the same:")[1].split("Defaults that differ")[0]
     names = re.findall(r"`([a-zA-Z.*]+)`", section)
     assert len(names) > 30
     for name in names:
-        node = chart.values
+        node = DEFAULTS
         for part in name.split("."):
             if part == "*":
                 break
@@ -29,8 +31,8 @@ def test_every_value_the_guide_lists_is_a_chart_value(chart: helmlite.Chart) -> 
             node = node[part]
 
 
-def test_the_names_the_guide_gives_are_the_rendered_ones(chart: helmlite.Chart) -> None:
-    objs = render(chart, {"gfd": {"enabled": True}}, set_files=CONFIG_FILES)
+def test_the_names_the_guide_gives_are_the_rendered_ones() -> None:
+    objs = render({"gfd": {"enabled": True}}, set_files=CONFIG_FILES)
     daemonsets = by_kind(objs, "DaemonSet")
     for name in ("kubegpu-device-plugin", "kubegpu-labels", "kubegpu-mps-control-daemon"):
         assert name in daemonsets and name in GUIDE
@@ -45,3 +47,11 @@ def test_the_names_the_guide_gives_are_the_rendered_ones(chart: helmlite.Chart) 
         "-c kubegpu-device-plugin-sidecar" in GUIDE
         and "`kubegpu-device-plugin-ctr`, `-init`, `-sidecar`" in GUIDE
     )
+
+
+def test_the_schema_error_the_guide_quotes_is_the_one_helm_prints() -> None:
+    quoted = re.search(r"names it \(`([^`]+)`\)", GUIDE)
+    assert quoted, "the guide should quote helm's error for a value the chart does not know"
+    with pytest.raises(HelmError) as err:
+        render({"migStrategey": "mixed"})
+    assert " ".join(quoted.group(1).split()) in str(err.value)

@@ -1,14 +1,14 @@
-"""deployments/static/*.yml are the chart's output for the values in deployments/static-sources.yaml,
-rendered by scripts/helmlite.py (so whatever the chart is checked for holds for them too)."""
+"""deployments/static/*.yml are, byte for byte, what `helm template` prints for the values in
+deployments/static-sources.yaml (so whatever the chart is checked for holds for them too)."""
 
 from __future__ import annotations
 
-from .conftest import STATIC, load_docs, render_static
+from .conftest import STATIC, helm_path, load_docs, render_static
 
 
 def test_static_manifests_are_what_the_chart_renders() -> None:
-    problems = render_static.stale()
-    assert not problems, "\n\n".join(problems) + "\n\nRegenerate with: python scripts/render_static.py"
+    problems = render_static.stale(helm_path())
+    assert not problems, "\n\n".join(problems) + "\n\nRegenerate with: make static"
 
 
 def test_the_static_set_covers_the_issue() -> None:

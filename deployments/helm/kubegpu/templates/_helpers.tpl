@@ -1,8 +1,3 @@
-{{/*
-Template features allowed in this chart: the subset scripts/helmlite.py renders (listed in its docstring),
-so CI can render the chart without helm. helmlite refuses anything else rather than render it wrongly.
-*/}}
-
 {{- define "kubegpu.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
