@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from kubegpu.toolkit.cli import lint
@@ -136,3 +137,24 @@ def test_bad_usage_exits_2() -> None:
     assert result.exit_code == 2 and "cannot read /nonexistent/file.yaml" in result.output
     result = CliRunner().invoke(lint, [str(MANIFESTS / "good-workloads.yaml"), "--snapshot", "/nope.json"])
     assert result.exit_code == 2 and "kubectl get nodes,pods" in result.output
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Example.com/gpu",
+        "example..com/gpu",
+        "-example.com/gpu",
+        "x" * 250 + "/gpu",
+        "example.com/gpu\\n",
+    ],
+)
+def test_names_the_api_server_refuses_are_not_extended_resources(name: str) -> None:
+    # The API server's rule, not a looser copy: each of these is rejected at admission.
+    text = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+        f'    resources: {{limits: {{"{name}": 1}}}}\n'
+    )
+    findings = run_lint(parse_text(text, "p.yaml"), LintOptions())
+    assert [(f.rule, f.severity) for f in findings] == [("KG009", "error")]
+    assert "is not a valid extended resource name" in findings[0].message

@@ -1,4 +1,5 @@
 """Small helpers every layer may use (the bottom of the import graph, beside `settings`).
 
-Owns: atomic file replacement (`files`). Imports nothing else of kubegpu.
+Owns: atomic file replacement (`files`), Kubernetes' extended-resource-name rule (`k8s_names`).
+Imports nothing else of kubegpu.
 """
