@@ -31,7 +31,6 @@ from kubegpu.node.xids import XidAction, XidClassifier, XidPolicy, classifier_fr
 log = logging.getLogger(__name__)
 
 ALL_GPUS = None
-WHOLE_GPU = 0xFFFFFFFF  # GI/CI ids NVML reports for an event that concerns the whole GPU
 RECOVERY_ENV = "KUBEGPU_HEALTH_RECOVERY"
 QUIET_ENV = "KUBEGPU_RECOVERY_QUIET_SECONDS"
 PROBE_ENV = "KUBEGPU_HEALTH_PROBE_SECONDS"
