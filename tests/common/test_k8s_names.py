@@ -1,4 +1,5 @@
-"""The extended-resource-name rule, against the kube-apiserver's `IsExtendedResourceName`.
+"""The extended-resource-name rule (the kubelet simulator's, lint's and explain's), against the
+kube-apiserver's `IsExtendedResourceName`.
 
 Each vector is written out from the API server's behaviour (k8s.io/kubernetes pkg/apis/core/helper and
 apimachinery's IsQualifiedName / IsDNS1123Subdomain): a name is extended when it is not native (it has a
@@ -10,7 +11,7 @@ alphanumeric ends).
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from kubegpu.common.k8s_names import is_extended_resource_name
@@ -20,6 +21,8 @@ EXTENDED = [
     "nvidia.com/gpu.shared",
     "nvidia.com/mig-1g.10gb",
     "nvidia.com/mig-3g.40gb.shared",
+    "vendor.io/fpga_A1",
+    "my-vendor.example.com/gpu",
     "example.com/A_b.c-9",  # the name part may be upper case; only the prefix may not
     "a/b",
     "1.2.3/x",
@@ -43,6 +46,7 @@ NOT_EXTENDED = [
     "a" * 245 + "/x",  # "requests." + 245 is 254 characters
     "example.com/a/b",
     "example.com/g pu",
+    "example.com/g:pu",
     "example.com/gp\u00fc",
     "example_com/gpu",
     "example.com-/gpu",
@@ -72,3 +76,40 @@ def test_an_extended_name_has_one_short_prefix_and_a_short_name(name: str) -> No
         assert 1 <= len(prefix) <= 244 and prefix == prefix.lower()
         assert 1 <= len(name_part) <= 63
         assert name.isascii() and not name.startswith("requests.")
+
+
+_LABEL = r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?"
+domains = st.from_regex(rf"{_LABEL}(\.{_LABEL}){{0,3}}", fullmatch=True)
+names = st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", fullmatch=True)
+
+
+@given(domains, names)
+def test_any_well_formed_domain_and_name_is_extended(domain: str, name: str) -> None:
+    resource = f"{domain}/{name}"
+    assume("kubernetes.io/" not in resource and not resource.startswith("requests."))
+    assert is_extended_resource_name(resource)
+
+
+@given(st.text(alphabet=st.characters(exclude_characters="/")))
+def test_unprefixed_names_are_never_extended(name: str) -> None:
+    assert not is_extended_resource_name(name)
+
+
+@given(domains, names, st.sampled_from("ABZ_ +:"), st.integers(min_value=0))
+def test_a_bad_character_in_the_domain_is_not_extended(domain: str, name: str, bad: str, at: int) -> None:
+    at %= len(domain) + 1
+    assert not is_extended_resource_name(f"{domain[:at]}{bad}{domain[at:]}/{name}")
+
+
+@given(st.text(), st.text())
+def test_anything_under_kubernetes_io_is_not_extended(before: str, after: str) -> None:
+    assert not is_extended_resource_name(f"{before}kubernetes.io/{after}")
+
+
+def test_the_kubelet_simulator_uses_this_rule() -> None:
+    from kubegpu import kubeletsim
+    from kubegpu.kubeletsim import predicate, registration
+
+    assert kubeletsim.is_extended_resource_name is is_extended_resource_name
+    assert registration.is_extended_resource_name is is_extended_resource_name
+    assert predicate.is_extended_resource_name is is_extended_resource_name
