@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.allocation.device_ids import AnnotatedId, any_annotated, backing_id
+from kubegpu.allocation.device_ids import AnnotatedId, any_annotated, backing_id, replica_id
 
 GPU = "GPU-8c4a7e0b-3f1d-4b2e-9a6c-0d5e7f8a9b1c"
 MIG = "MIG-5c9f2d1e-7a3b-5e8c-b1d4-2f6a8c0e3d7b"
@@ -16,6 +16,8 @@ def test_builds_nvidia_format() -> None:
     assert AnnotatedId.of(GPU, 0) == "GPU-8c4a7e0b-3f1d-4b2e-9a6c-0d5e7f8a9b1c::0"
     assert AnnotatedId.of(MIG, 17) == "MIG-5c9f2d1e-7a3b-5e8c-b1d4-2f6a8c0e3d7b::17"
     assert AnnotatedId.of("MIG-GPU-8c4a7e0b/1/0", 2) == "MIG-GPU-8c4a7e0b/1/0::2"
+    assert replica_id(GPU, 5) == "GPU-8c4a7e0b-3f1d-4b2e-9a6c-0d5e7f8a9b1c::5"
+    assert type(replica_id(GPU, 5)) is str
 
 
 @pytest.mark.parametrize(
@@ -68,6 +70,7 @@ device_ids = st.text(min_size=1).filter(lambda s: "::" not in s and not s.endswi
 @given(device_ids, st.integers(min_value=0, max_value=2**63 - 1))
 def test_round_trip(device_id: str, replica: int) -> None:
     ident = AnnotatedId.of(device_id, replica)
+    assert ident == replica_id(device_id, replica)
     assert ident.has_annotations
     assert ident.parts() == (device_id, replica)
     assert ident.backing_id == device_id

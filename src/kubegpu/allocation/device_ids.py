@@ -32,7 +32,7 @@ class AnnotatedId(str):
     @classmethod
     def of(cls, device_id: str, replica: int) -> AnnotatedId:
         """The ID of replica `replica` of device `device_id` (NVIDIA's `NewAnnotatedID`)."""
-        return cls(f"{device_id}{SEPARATOR}{replica}")
+        return cls(replica_id(device_id, replica))
 
     @property
     def has_annotations(self) -> bool:
@@ -47,14 +47,22 @@ class AnnotatedId(str):
     @property
     def backing_id(self) -> str:
         """The GPU or MIG UUID behind this ID: the replica suffix stripped (NVIDIA's `GetID`)."""
-        return str(self.partition(SEPARATOR)[0])  # without `::`, partition hands back self
+        return backing_id(self)
+
+
+# Plain-string forms of the same rules, for hot paths (one call per replica or candidate) that need no object.
+
+
+def replica_id(device_id: str, replica: int) -> str:
+    """`AnnotatedId.of` as a plain string."""
+    return f"{device_id}{SEPARATOR}{replica}"
 
 
 def backing_id(device_id: str) -> str:
-    """The GPU or MIG UUID behind a kubelet device ID (see `AnnotatedId.backing_id`)."""
-    return AnnotatedId(device_id).backing_id
+    """The GPU or MIG UUID behind a kubelet device ID (see `AnnotatedId.backing_id`), a plain string."""
+    return str(device_id.partition(SEPARATOR)[0])  # without `::`, partition hands back its argument
 
 
 def any_annotated(device_ids: Iterable[str]) -> bool:
     """Whether any of the IDs is a replica ID (NVIDIA's `AnnotatedIDs.AnyHasAnnotations`)."""
-    return any(AnnotatedId(d).has_annotations for d in device_ids)
+    return any(SEPARATOR in d for d in device_ids)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kubegpu.allocation.device_ids import AnnotatedId
+from kubegpu.allocation.device_ids import replica_id
 from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice
 from kubegpu.settings.nvidia_sharing import ReplicatedResource, Resources, SharingStrategy
 
@@ -223,7 +223,7 @@ def replicate(device: Device, replicas: int) -> list[Device]:
     d = device  # constructed directly: dataclasses.replace costs ~10x more, and 8 x 48 add up
     return [
         Device(
-            AnnotatedId.of(d.uuid, r),
+            replica_id(d.uuid, r),
             d.uuid,
             d.index,
             d.gpu_index,
