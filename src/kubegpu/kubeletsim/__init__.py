@@ -1,7 +1,7 @@
 """A kubelet device manager for tests, benchmarks and demos.
 
 It speaks the real Device Plugin API v1beta1 on real unix sockets and follows the real kubelet's rules
-(see shared/spec/kubelet-device-plugin-api.md): registration checks and dial-back, ListAndWatch as the
+(see docs/reference/kubelet-device-plugin-api.md): registration checks and dial-back, ListAndWatch as the
 complete device list, capacity vs allocatable, restart wiping the socket directory, the checkpoint, and
 pod admission with GetPreferredAllocation, one Allocate per container per resource, and PreStartContainer.
 It also serves the PodResources API v1 (which pod and container hold which device) next to the
