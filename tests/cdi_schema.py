@@ -1,16 +1,32 @@
-"""The JSON schema of a CDI spec file, written from the CDI specification (SPEC.md, spec version 0.8.0).
+"""The CDI spec schema the tests hold every generated spec to: the CDI project's published schema
+(tests/fixtures/cdi, see its README) and, on top, an overlay with what the specification's prose requires
+and the published schema leaves out.
 
-It follows the field list of the published specification and is stricter than the schema shipped with the
-CDI repository where the specification's prose states a rule that the shipped schema leaves out: the
-`kind` and device-name formats, `cdiVersion` as a semantic version, `hookName` as one of the OCI hook
-names, `path`s that must be absolute, env entries of the form NAME=value and hook timeouts above zero.
-Unknown fields are refused, so a typo in our generator fails the tests instead of being ignored by a
-runtime. The tests validate every spec `kubegpu.cdi` writes against it (Draft 7, the shipped schema's).
+The overlay refuses unknown fields (a typo in our generator fails the tests instead of being ignored by a
+runtime), checks the `kind` and device-name formats, `cdiVersion` as a semantic version, `hookName` as an
+OCI hook name, absolute paths, env entries of the form NAME=value, hook timeouts above zero and at least
+one device, and describes the spec-level `containerEdits`, which the published schema leaves unchecked.
+Draft 7, the published schema's.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+import jsonschema
+from referencing import Registry
+from referencing.jsonschema import DRAFT7
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cdi"
+# The published files refer to each other by relative name ("defs.json#/definitions/..."); this base gives
+# them URIs so those references resolve inside the registry, with no network access.
+BASE = "https://cdi-schema.invalid/schema/"  # never fetched: the registry holds every file
+
+PUBLISHED_SCHEMA: dict[str, Any] = json.loads((FIXTURES / "schema.json").read_text())
+PUBLISHED_DEFS: dict[str, Any] = json.loads((FIXTURES / "defs.json").read_text())
+_DEFS = BASE + "defs.json#/definitions/"
 
 # Spec prose: the name segment of a kind and a device name begin and end with an alphanumeric, with
 # '-', '_', '.' between. Device names may also hold ':' (the CDI parser accepts it; MIG index names
@@ -19,105 +35,85 @@ _DNS_LABEL = r"[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _KIND = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*/[a-zA-Z0-9]([a-zA-Z0-9_.-]*[a-zA-Z0-9])?$"
 _DEVICE_NAME = r"^[a-zA-Z0-9]([a-zA-Z0-9_.:-]*[a-zA-Z0-9])?$"
 _SEMVER = r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"
-_ABSOLUTE = r"^/"
-_ENV = r"^[^=]+=.*$"
+_ABSOLUTE: dict[str, Any] = {"type": "string", "pattern": "^/"}
+# The published `env` items use "ref" (not "$ref"), so they check nothing: the overlay types them too.
+_ENV: dict[str, Any] = {"type": "array", "items": {"type": "string", "pattern": r"^[^=]+=.*$"}}
 # OCI hook points; "prestart" is deprecated in OCI but still valid.
-_HOOK_NAMES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
+_HOOK_NAMES = ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"]
+_ANNOTATIONS: dict[str, Any] = {"propertyNames": {"minLength": 1}}
 
-_uint32: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 4294967295}
-_int64: dict[str, Any] = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
-_strings: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
-_env: dict[str, Any] = {"type": "array", "items": {"type": "string", "pattern": _ENV}}
-_annotations: dict[str, Any] = {
-    "type": "object",
-    "patternProperties": {".{1,}": {"type": "string"}},
-    "additionalProperties": False,
-}
 
-CDI_SPEC_SCHEMA: dict[str, Any] = {
+def _fields(**properties: Any) -> dict[str, Any]:
+    """An object with exactly these fields (each with the extra rule given, `{}` for none)."""
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+# What kubegpu requires beyond the published schema. Fields are those of the CDI specification (0.8.0);
+# the published schema types them, the overlay adds the formats its prose states.
+OVERLAY: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",
-    "description": "A Container Device Interface spec file",
     "definitions": {
-        "DeviceNode": {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "pattern": _ABSOLUTE},
-                "hostPath": {"type": "string", "pattern": _ABSOLUTE},
-                "type": {"enum": ["b", "c", "u", "p"]},
-                "major": _int64,
-                "minor": _int64,
-                "fileMode": _int64,
-                "permissions": {"type": "string", "pattern": "^[rwm]{1,3}$"},
-                "uid": _uint32,
-                "gid": _uint32,
-            },
-            "required": ["path"],
-            "additionalProperties": False,
-        },
-        "Mount": {
-            "type": "object",
-            "properties": {
-                "hostPath": {"type": "string", "minLength": 1},
-                "containerPath": {"type": "string", "pattern": _ABSOLUTE},
-                "options": _strings,
-                "type": {"type": "string"},
-            },
-            "required": ["hostPath", "containerPath"],
-            "additionalProperties": False,
-        },
-        "Hook": {
-            "type": "object",
-            "properties": {
-                "hookName": {"enum": list(_HOOK_NAMES)},
-                "path": {"type": "string", "pattern": _ABSOLUTE},
-                "args": _strings,
-                "env": _env,
-                "timeout": {"type": "integer", "minimum": 1, "maximum": 4294967295},
-            },
-            "required": ["hookName", "path"],
-            "additionalProperties": False,
-        },
-        "ContainerEdits": {
-            "type": "object",
-            "properties": {
-                "env": _env,
-                "deviceNodes": {"type": "array", "items": {"$ref": "#/definitions/DeviceNode"}},
-                "mounts": {"type": "array", "items": {"$ref": "#/definitions/Mount"}},
-                "hooks": {"type": "array", "items": {"$ref": "#/definitions/Hook"}},
-                "additionalGids": {"type": "array", "items": _uint32},
-                "intelRdt": {
-                    "type": "object",
-                    "properties": {
-                        "closID": {"type": "string"},
-                        "l3CacheSchema": {"type": "string"},
-                        "memBwSchema": {"type": "string"},
-                        "enableCMT": {"type": "boolean"},
-                        "enableMBM": {"type": "boolean"},
-                    },
-                    "additionalProperties": False,
-                },
-            },
-            "additionalProperties": False,
-        },
-        "Device": {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "pattern": _DEVICE_NAME},
-                "annotations": _annotations,
-                "containerEdits": {"$ref": "#/definitions/ContainerEdits"},
-            },
-            "required": ["name", "containerEdits"],
-            "additionalProperties": False,
-        },
+        "DeviceNode": _fields(
+            path=_ABSOLUTE,
+            hostPath=_ABSOLUTE,
+            type={"enum": ["b", "c", "u", "p"]},
+            major={},
+            minor={},
+            fileMode={"$ref": _DEFS + "int64"},  # in the specification, missing from the published schema
+            permissions={"type": "string", "pattern": "^[rwm]{1,3}$"},
+            uid={},
+            gid={},
+        ),
+        "Mount": _fields(hostPath={"minLength": 1}, containerPath=_ABSOLUTE, options={}, type={}),
+        "Hook": _fields(
+            hookName={"enum": _HOOK_NAMES}, path=_ABSOLUTE, args={}, env=_ENV, timeout={"minimum": 1}
+        ),
+        "ContainerEdits": _fields(
+            env=_ENV,
+            deviceNodes={"items": {"$ref": "#/definitions/DeviceNode"}},
+            mounts={"items": {"$ref": "#/definitions/Mount"}},
+            hooks={"items": {"$ref": "#/definitions/Hook"}},
+            additionalGids={},
+            intelRdt={},
+        ),
+        "Device": _fields(
+            name={"pattern": _DEVICE_NAME},
+            annotations=_ANNOTATIONS,
+            containerEdits={"$ref": "#/definitions/ContainerEdits"},
+        ),
     },
-    "type": "object",
-    "properties": {
-        "cdiVersion": {"type": "string", "pattern": _SEMVER},
-        "kind": {"type": "string", "pattern": _KIND, "maxLength": 253 + 1 + 63},
-        "annotations": _annotations,
-        "devices": {"type": "array", "minItems": 1, "items": {"$ref": "#/definitions/Device"}},
-        "containerEdits": {"$ref": "#/definitions/ContainerEdits"},
-    },
-    "required": ["cdiVersion", "kind", "devices"],
-    "additionalProperties": False,
+    **_fields(
+        cdiVersion={"pattern": _SEMVER},
+        kind={"pattern": _KIND, "maxLength": 253 + 1 + 63},
+        annotations=_ANNOTATIONS,
+        devices={"minItems": 1, "items": {"$ref": "#/definitions/Device"}},
+        # The published schema does not describe the spec-level edits: take its definition, then ours.
+        containerEdits={
+            "allOf": [{"$ref": _DEFS + "containerEdits"}, {"$ref": "#/definitions/ContainerEdits"}]
+        },
+    ),
 }
+
+REGISTRY: Registry[Any] = Registry().with_resources(
+    (BASE + name, DRAFT7.create_resource(contents))
+    for name, contents in (
+        ("schema.json", PUBLISHED_SCHEMA),
+        ("defs.json", PUBLISHED_DEFS),
+        ("kubegpu-overlay.json", OVERLAY),
+    )
+)
+
+PUBLISHED = jsonschema.Draft7Validator({"$ref": BASE + "schema.json"}, registry=REGISTRY)
+STRICT = jsonschema.Draft7Validator(
+    {"allOf": [{"$ref": BASE + "schema.json"}, {"$ref": BASE + "kubegpu-overlay.json"}]}, registry=REGISTRY
+)
+
+
+def cdi_errors(spec: Any) -> list[str]:
+    """Every reason the published schema or our overlay refuses `spec`."""
+    return sorted(e.message for e in STRICT.iter_errors(spec))
+
+
+def assert_valid_cdi_spec(spec: Any) -> None:
+    errors = cdi_errors(spec)
+    assert not errors, errors

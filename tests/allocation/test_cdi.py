@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,11 +17,10 @@ from kubegpu.allocation.resources import build_resources
 from kubegpu.node.inventory import Inventory, MigDevice
 from kubegpu.plugin.cdi_files import CdiSpecWriter
 from tests.builders import gpu_uuid, make_gpus, make_inventory
-from tests.cdi_schema import CDI_SPEC_SCHEMA
+from tests.cdi_schema import PUBLISHED, cdi_errors
 
 VERSION = "550.90.07"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
-VALIDATOR = jsonschema.Draft7Validator(CDI_SPEC_SCHEMA)
 
 
 def fake_driver_root(root: Path) -> Path:
@@ -70,8 +69,8 @@ def options(driver_root: Path, **kw: object) -> CdiOptions:
 
 
 def valid(spec: dict) -> dict:
-    errors = sorted(VALIDATOR.iter_errors(spec), key=str)
-    assert not errors, [e.message for e in errors]
+    errors = cdi_errors(spec)
+    assert not errors, errors
     names = [d["name"] for d in spec["devices"]]
     assert len(names) == len(set(names)), names  # the runtime refuses duplicate device names
     return spec
@@ -208,26 +207,42 @@ def test_every_name_allocate_hands_out_is_in_a_valid_spec(
     assert names and set(names) <= known
 
 
+def first_node(spec: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = spec["devices"][0]["containerEdits"]["deviceNodes"][0]
+    return node
+
+
 @pytest.mark.parametrize(
-    ("edit", "problem"),
+    ("edit", "problem", "published_too"),
     [
-        (lambda s: s.update(kind="nvidia.com"), "does not match"),
-        (lambda s: s.update(devices=[]), "should be non-empty"),
-        (lambda s: s["devices"][0].update(name="-bad"), "does not match"),
-        (
-            lambda s: s["devices"][0]["containerEdits"]["deviceNodes"][0].update(path="dev/nvidia0"),
-            "does not match",
-        ),
-        (lambda s: s["containerEdits"]["hooks"][0].update(hookName="onStart"), "is not one of"),
-        (lambda s: s["containerEdits"].update(envs=["A=1"]), "Additional properties"),
-        (lambda s: s["containerEdits"]["env"].append("NOVALUE"), "does not match"),
-        (lambda s: s.pop("cdiVersion"), "is a required property"),
+        # Only the overlay: what the specification's prose requires and the published schema leaves out.
+        (lambda s: s.update(kind="nvidia.com"), "does not match", False),
+        (lambda s: s.update(cdiVersion="0.5"), "does not match", False),
+        (lambda s: s.update(devices=[]), "should be non-empty", False),
+        (lambda s: s["devices"][0].update(name="-bad"), "does not match", False),
+        (lambda s: s["devices"][0].update(nickname="gpu0"), "Additional properties", False),
+        (lambda s: first_node(s).update(path="dev/nvidia0"), "does not match", False),
+        (lambda s: s["containerEdits"]["hooks"][0].update(hookName="onStart"), "is not one of", False),
+        (lambda s: s["containerEdits"]["hooks"][0].update(timeout=0), "less than the minimum", False),
+        (lambda s: s["containerEdits"].update(envs=["A=1"]), "Additional properties", False),
+        (lambda s: s["containerEdits"]["env"].append("NOVALUE"), "does not match", False),
+        (lambda s: s["containerEdits"]["env"].append(7), "is not of type 'string'", False),
+        # The published schema refuses these too: its required fields and types, through defs.json.
+        (lambda s: s.pop("cdiVersion"), "is a required property", True),
+        (lambda s: s["devices"][0].pop("containerEdits"), "is a required property", True),
+        (lambda s: first_node(s).pop("path"), "is a required property", True),
+        (lambda s: first_node(s).update(uid=-1), "less than the minimum", True),
     ],
 )
-def test_the_schema_rejects_what_the_cdi_spec_forbids(driver_root: Path, edit: object, problem: str) -> None:
+def test_the_schema_rejects_what_the_cdi_spec_forbids(
+    driver_root: Path, edit: object, problem: str, published_too: bool
+) -> None:
     spec = json.loads(json.dumps(gpu_spec(INVENTORY, options(driver_root))))
+    assert not cdi_errors(spec)
     edit(spec)  # type: ignore[operator]
-    assert any(problem in e.message for e in VALIDATOR.iter_errors(spec))
+    assert any(problem in e for e in cdi_errors(spec))
+    published = [e.message for e in PUBLISHED.iter_errors(spec)]
+    assert any(problem in e for e in published) if published_too else not published
 
 
 # -- the writer ----------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from kubegpu.common.backoff import Backoff
 from kubegpu.configmanager.cli import config_manager
 from kubegpu.configmanager.errors import ConfigManagerError
 from kubegpu.configmanager.manager import Settings, run, update_config
@@ -31,7 +32,7 @@ from kubegpu.configmanager.procsignal import (
 )
 from kubegpu.configmanager.selection import available_configs, select_config
 from kubegpu.configmanager.symlink import update_symlink
-from kubegpu.configmanager.watch import Backoff, LabelTracker, NodeLabelWatcher, connect
+from kubegpu.configmanager.watch import LabelTracker, NodeLabelWatcher, connect, watch_backoff
 from tests.fakeapi import FakeApiServer
 
 LABEL = "nvidia.com/device-plugin.config"
@@ -454,12 +455,24 @@ def test_label_tracker_reports_first_sighting_changes_and_removal() -> None:
     assert tracker.seen({LABEL: "b"}) == "b"
 
 
-def test_backoff_grows_to_its_cap_and_resets_after_a_quiet_spell() -> None:
+@pytest.mark.parametrize(
+    ("pick", "delays"),
+    [
+        # client-go's reflector: 800 ms doubling to 30 s, jitter up to 25% longer, never above 30 s.
+        ("low", [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]),
+        ("high", [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]),
+    ],
+)
+def test_watch_backoff_keeps_client_gos_bounds(pick: str, delays: list[float]) -> None:
     now = [0.0]
-    backoff = Backoff(initial=1.0, maximum=5.0, jitter=0.0, reset_after=60.0, clock=lambda: now[0])
-    assert [backoff.delay() for _ in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
-    now[0] = 61.0
-    assert backoff.delay() == 1.0
+    backoff = replace(
+        watch_backoff(), clock=lambda: now[0], uniform=lambda lo, hi: lo if pick == "low" else hi
+    )
+    assert [backoff.next_delay() for _ in range(8)] == pytest.approx(delays)
+    now[0] = 120.0  # failures keep coming: no reset
+    assert backoff.next_delay() == 30.0
+    now[0] = 240.5  # over 2 minutes without a failure: start over
+    assert backoff.next_delay() == pytest.approx(delays[0])
 
 
 class Manager:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import signal
 
-import jsonschema
-
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, Pod
 from tests.allocation.test_cdi import VERSION, fake_driver_root
-from tests.cdi_schema import CDI_SPEC_SCHEMA
+from tests.cdi_schema import assert_valid_cdi_spec
 from tests.contract.conftest import profile_inventory
 
 VENDOR = "k8s.device-plugin.nvidia.com"
@@ -39,7 +37,7 @@ async def test_cdi_strategies_write_the_spec_and_allocate_by_cdi_name() -> None:
             f"{VENDOR}-imex-channel.json",
         ]
         for spec in specs.values():
-            jsonschema.validate(spec, CDI_SPEC_SCHEMA)
+            assert_valid_cdi_spec(spec)
         gpu = specs[f"{VENDOR}-gpu.json"]
         assert [d["name"] for d in gpu["devices"]] == [g.uuid for g in inventory.gpus] + ["all"]
         known = {f"{s['kind']}={d['name']}" for s in specs.values() for d in s["devices"]}

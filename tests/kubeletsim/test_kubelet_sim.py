@@ -16,8 +16,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from hypothesis import assume, given
-from hypothesis import strategies as st
 
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 from kubegpu.kubeletsim import (
@@ -28,7 +26,6 @@ from kubegpu.kubeletsim import (
     EventKind,
     KubeletSimulator,
     Pod,
-    is_extended_resource_name,
 )
 from kubegpu.kubeletsim.checkpoint import CHECKPOINT_FILE
 from kubegpu.kubeletsim.poddevices import PodDevices, ResourceAllocation
@@ -210,74 +207,6 @@ async def test_invalid_resource_name_is_rejected_with_the_kubelets_text(
     err = await register_error(sim.plugin_dir, resource=name)
     assert err.code() == grpc.StatusCode.UNKNOWN
     assert err.details() == f'the ResourceName "{name}" is invalid'
-
-
-VALID_NAMES = [
-    "example.com/gpu",
-    "vendor.io/fpga_A1",
-    "nvidia.com/mig-1g.5gb",
-    "a/b",
-    "example.com/A.b-c_9",
-    "example.com/" + "x" * 63,
-    "a" * 244 + "/x",  # "requests." + prefix is exactly 253 characters
-    "my-vendor.example.com/gpu",
-]
-INVALID_NAMES = [
-    "gpu",  # no prefix: a native resource
-    "kubernetes.io/gpu",
-    "foo.kubernetes.io/x",
-    "requests.example.com/gpu",
-    "example.com/",
-    "/gpu",
-    "example.com/-x",
-    "example.com/x-",
-    "example.com/" + "x" * 64,
-    "a" * 245 + "/x",
-    "Example.com/gpu",  # the prefix is a lower-case DNS subdomain
-    "example..com/gpu",
-    "-example.com/gpu",
-    "example.com/a/b",
-    "example.com/g pu",
-    "example.com/gpu\n",  # Go's $ does not match before a trailing newline
-]
-
-
-@pytest.mark.parametrize("name", VALID_NAMES)
-def test_valid_extended_resource_names(name: str) -> None:
-    assert is_extended_resource_name(name)
-
-
-@pytest.mark.parametrize("name", INVALID_NAMES)
-def test_invalid_extended_resource_names(name: str) -> None:
-    assert not is_extended_resource_name(name)
-
-
-_LABEL = r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?"
-domains = st.from_regex(rf"{_LABEL}(\.{_LABEL}){{0,3}}", fullmatch=True)
-names = st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", fullmatch=True)
-
-
-@given(domains, names)
-def test_any_well_formed_domain_and_name_is_valid(domain: str, name: str) -> None:
-    resource = f"{domain}/{name}"
-    assume("kubernetes.io/" not in resource and not resource.startswith("requests."))
-    assert is_extended_resource_name(resource)
-
-
-@given(st.text(alphabet=st.characters(exclude_characters="/")))
-def test_unprefixed_names_are_never_extended(name: str) -> None:
-    assert not is_extended_resource_name(name)
-
-
-@given(domains, names, st.sampled_from("ABZ_ +:"), st.integers(min_value=0))
-def test_a_bad_character_in_the_domain_is_invalid(domain: str, name: str, bad: str, at: int) -> None:
-    at %= len(domain) + 1
-    assert not is_extended_resource_name(f"{domain[:at]}{bad}{domain[at:]}/{name}")
-
-
-@given(st.text(), st.text())
-def test_anything_under_kubernetes_io_is_not_extended(before: str, after: str) -> None:
-    assert not is_extended_resource_name(f"{before}kubernetes.io/{after}")
 
 
 async def test_registration_fails_when_the_kubelet_cannot_dial_back(sim: KubeletSimulator) -> None:

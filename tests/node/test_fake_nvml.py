@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from kubegpu.node.nvml.backend import FAKE_ENV, SYSFS_ENV, load_nvml
 from kubegpu.node.nvml.fake import FakeNvml, ProfileError, load_profile, parse_profile, profile_names
 from kubegpu.node.nvml.fake_cli import fake_nvml
-from kubegpu.node.nvml.fake_state import STATE_ENV, WHOLE_GPU, StateDir
+from kubegpu.node.nvml.fake_state import STATE_ENV, StateDir
 from kubegpu.node.nvml.pci import device_handle_id
 
 SHORT_MS = 30  # for waits that must time out: nothing is coming
@@ -287,7 +287,7 @@ def test_xid_event_reaches_the_wait(a100: FakeNvml) -> None:
     data = a100.nvmlEventSetWait_v2(es, 5000)
     assert isinstance(data, pynvml.c_nvmlEventData_t)
     assert (data.eventType, data.eventData) == (XID, 48)
-    assert (data.gpuInstanceId, data.computeInstanceId) == (WHOLE_GPU, WHOLE_GPU)
+    assert (data.gpuInstanceId, data.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)  # the whole GPU
     assert device_handle_id(data.device) == device_handle_id(a100.nvmlDeviceGetHandleByIndex(2))
     assert a100.nvmlDeviceGetUUID(data.device) == "GPU-0fc1cef9-414a-4851-9e15-3c8b3f8c10eb"
     assert_no_event(a100, es)  # delivered once

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from kubegpu.node.discovery import discover
@@ -176,3 +178,43 @@ def test_user_catalog_overrides_and_bad_catalog_is_explained(tmp_path: Path) -> 
     bad.write_text("xids:\n  48: {action: explode}\n")
     with pytest.raises(XidCatalogError, match="KUBEGPU_XID_ACTIONS"):
         classifier_from_env({"KUBEGPU_XID_ACTIONS": str(bad)})
+
+
+class _RecordingStop(threading.Event):
+    """The monitor's stop event: records each back-off wait and stops the loop after `limit` of them."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+        self.limit = limit
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        self.waits.append(timeout)
+        if len(self.waits) >= self.limit:
+            self.set()
+        return self.is_set()
+
+
+def test_a_failing_event_wait_backs_off_from_100_ms_to_5_s_and_resets_on_success(tmp_path: Path) -> None:
+    nvml = FakeNvml.from_profile("t4-pcie", state_dir=tmp_path)
+    nvml.nvmlInit()
+    try:
+        inventory = discover(nvml, nvml.sysfs_root)
+        settings = HealthSettings(probe_interval_s=3600.0, wait_ms=1)
+        monitor = HealthMonitor(nvml, inventory, settings, lambda events: None)
+        # Eight failed waits, one that times out (a working wait), then two more failures.
+        outcomes = iter([False] * 8 + [True] + [False] * 2)
+
+        def wait(event_set: object, timeout_ms: int) -> object:
+            if next(outcomes):
+                raise pynvml.NVMLError_Timeout()
+            raise pynvml.NVMLError_Unknown()
+
+        nvml.nvmlEventSetWait_v2 = wait  # type: ignore[method-assign]
+        stop = _RecordingStop(limit=10)
+        monitor._stop = stop
+        monitor._loop(nvml.nvmlEventSetCreate())
+        assert stop.waits == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 0.1, 0.2])
+    finally:
+        nvml.nvmlShutdown()

@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from kubegpu.allocation.allocate import AllocateOptions
 from kubegpu.allocation.resources import build_resources
 from kubegpu.kubeletsim import EventKind, KubeletSimulator
-from kubegpu.plugin.registrar import Registrar
+from kubegpu.plugin.registrar import Registrar, registration_backoff
 from kubegpu.plugin.server import ResourceServer
 from tests.builders import make_inventory
 
@@ -118,3 +119,18 @@ async def test_rejected_registration_is_retried_with_backoff(plugin_dir: Path, r
         assert state.last_error == 'UNKNOWN: the ResourceName "kubernetes.io/gpu" is invalid'
     finally:
         await sim.stop()
+
+
+@pytest.mark.parametrize(
+    ("pick", "delays"),
+    [
+        # 20 ms doubling to 5 s, each wait 20% either side, never above 5 s.
+        ("low", [0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.0, 4.0]),
+        ("high", [0.024, 0.048, 0.096, 0.192, 0.384, 0.768, 1.536, 3.072, 5.0, 5.0]),
+    ],
+)
+def test_registration_backoff_bounds(pick: str, delays: list[float]) -> None:
+    backoff = replace(registration_backoff(), uniform=lambda lo, hi: lo if pick == "low" else hi)
+    assert [backoff.next_delay() for _ in range(10)] == pytest.approx(delays)
+    backoff.reset()
+    assert backoff.next_delay() == pytest.approx(delays[0])

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from kubegpu.toolkit.cli import lint
@@ -136,3 +139,100 @@ def test_bad_usage_exits_2() -> None:
     assert result.exit_code == 2 and "cannot read /nonexistent/file.yaml" in result.output
     result = CliRunner().invoke(lint, [str(MANIFESTS / "good-workloads.yaml"), "--snapshot", "/nope.json"])
     assert result.exit_code == 2 and "kubectl get nodes,pods" in result.output
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Example.com/gpu",
+        "example..com/gpu",
+        "-example.com/gpu",
+        "x" * 250 + "/gpu",
+        "example.com/gpu\\n",
+    ],
+)
+def test_names_the_api_server_refuses_are_not_extended_resources(name: str) -> None:
+    # The API server's rule, not a looser copy: each of these is rejected at admission.
+    text = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+        f'    resources: {{limits: {{"{name}": 1}}}}\n'
+    )
+    findings = run_lint(parse_text(text, "p.yaml"), LintOptions())
+    assert [(f.rule, f.severity) for f in findings] == [("KG009", "error")]
+    assert "is not a valid extended resource name" in findings[0].message
+
+
+REFUSED_CONFIGS = [
+    (
+        '    - name: nvidia.com/gpu\n      replicas: "two"\n',
+        "sharing.timeSlicing.resources.0.replicas: Input should be a valid integer, unable to parse string "
+        'as an integer (got "two")',
+    ),
+    (
+        "    - name: nvidia.com/gpu\n",
+        'sharing.timeSlicing.resources.0: no replicas specified (got {"name": "nvidia.com/gpu"})',
+    ),
+    (
+        "    - name: nvidia.com/gpu\n      replicas: 1\n",
+        'sharing.timeSlicing.resources.0: number of replicas must be >= 2 (got {"name": "nvidia.com/gpu", '
+        '"replicas": 1})',
+    ),
+]
+
+
+@pytest.mark.parametrize(("resources", "problem"), REFUSED_CONFIGS)
+def test_plugin_config_the_plugin_refuses_is_refused_with_its_text(
+    tmp_path: Any, resources: str, problem: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\nsharing:\n  timeSlicing:\n    resources:\n" + resources)
+    result = CliRunner().invoke(
+        lint, [str(MANIFESTS / "good-workloads.yaml"), "--plugin-config", str(config)]
+    )
+    assert result.exit_code == 2
+    assert result.output == f"error: invalid config file {config}: {problem}\n"
+    # The plugin, started with the same file, stops with the same text.
+    plugin = subprocess.run(
+        [sys.executable, "-m", "kubegpu", "plugin", "--config-file", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert plugin.returncode == 1
+    assert plugin.stderr.rstrip("\n").endswith(f"ERROR kubegpu: invalid config file {config}: {problem}")
+
+
+@pytest.mark.parametrize(
+    ("sharing", "fails_above_one"),
+    [
+        # MPS rejects requests above 1 unless told otherwise (NVIDIA v0.20); time-slicing accepts them.
+        ("  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n", True),
+        ("  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n", False),
+        (
+            "  mps:\n    failRequestsGreaterThanOne: false\n"
+            "    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n",
+            False,
+        ),
+        # Both blocks: the plugin shares with MPS.
+        (
+            "  timeSlicing:\n    failRequestsGreaterThanOne: false\n"
+            "    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
+            "  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n",
+            True,
+        ),
+    ],
+)
+def test_plugin_config_defaults_are_the_plugins(tmp_path: Any, sharing: str, fails_above_one: bool) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\nsharing:\n" + sharing)
+    _, data = run(str(MANIFESTS / "sharing-and-mig.json"), "--plugin-config", str(config))
+    shared = next(f for f in data["findings"] if f["rule"] == "KG005")
+    assert shared["severity"] == ("error" if fails_above_one else "warning")
+
+
+def test_plugin_config_without_sharing_leaves_the_finding_a_warning(tmp_path: Any) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\nflags:\n  migStrategy: single\n")
+    _, data = run(str(MANIFESTS / "sharing-and-mig.json"), "--plugin-config", str(config))
+    shared = next(f for f in data["findings"] if f["rule"] == "KG005")
+    assert shared["severity"] == "warning"

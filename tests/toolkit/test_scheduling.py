@@ -116,6 +116,12 @@ def test_pod_requests_follow_init_sidecar_and_overhead_rules() -> None:
     assert res.pod_requests(s) == {"nvidia.com/gpu": 3, "cpu": 3100, "memory": 2**30 + 64 * 2**20}
 
 
+def test_pod_requests_count_only_names_the_api_server_takes_as_extended() -> None:
+    limits = {"nvidia.com/gpu": "1", "Example.com/gpu": "1", "example..com/gpu": "1", "vendor.io/fpga": "2"}
+    s = spec(containers=[{"name": "a", "resources": {"limits": limits}}])
+    assert res.pod_requests(s) == {"nvidia.com/gpu": 1, "vendor.io/fpga": 2}
+
+
 def test_histogram_sorts_like_go_sort_strings() -> None:
     rejections = [Rejection("X", ("Insufficient nvidia.com/gpu",))] * 10 + [Rejection("Y", ("b",))] * 2
     assert histogram(rejections) == ["10 Insufficient nvidia.com/gpu", "2 b"]

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kubegpu.allocation.cdi import CDI_ANNOTATION_PLUGIN, GPU_CLASS, IMEX_CLASS, qualified_name
-from kubegpu.allocation.resources import REPLICA_SEPARATOR, Resource
+from kubegpu.allocation.device_ids import any_annotated, backing_id
+from kubegpu.allocation.resources import Resource
 from kubegpu.node.driverfiles import MODE_ENV, MODES, imex_channel_path, join
 from kubegpu.settings.choices import CDI_STRATEGIES, DEFAULT_ANNOTATION_PREFIX, DISTRIBUTED
 
@@ -127,7 +128,7 @@ def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
         if device_id in seen:
             raise AllocationRequestError(prefix + f"device {device_id} requested more than once")
         seen.add(device_id)
-    shared = any(REPLICA_SEPARATOR in d for d in device_ids)
+    shared = any_annotated(device_ids)
     if shared and len(device_ids) > 1 and resource.fail_requests_greater_than_one:
         raise AllocationRequestError(
             prefix + f"maximum request size for shared resources is 1; found {len(device_ids)}",
@@ -140,10 +141,7 @@ def runtime_device_ids(resource: Resource, device_ids: Sequence[str], id_strateg
     out: list[str] = []
     for device_id in device_ids:
         device = resource.device(device_id)
-        if id_strategy == "index" and device is not None:
-            value = device.index
-        else:
-            value = device_id.split(REPLICA_SEPARATOR, 1)[0]
+        value = device.index if id_strategy == "index" and device is not None else backing_id(device_id)
         if value not in out:
             out.append(value)
     return out

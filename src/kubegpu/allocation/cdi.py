@@ -18,7 +18,8 @@ the driver root (read-only bind mounts at their host paths), the env below, and 
 (`--nvidia-cdi-hook-path`): create-symlinks for libcuda.so and update-ldcache for the library folders, so
 the CUDA runtime finds the driver through the container's ld cache without touching its LD_LIBRARY_PATH.
 
-`kubegpu.cdi_schema` holds the JSON schema the tests validate every generated spec against.
+The tests validate every generated spec against the CDI project's published JSON schema (tests/fixtures/cdi)
+and an overlay with the stricter rules of the specification's prose (tests/cdi_schema.py).
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kubegpu.allocation.resources import REPLICA_SEPARATOR, Resource
+from kubegpu.allocation.device_ids import any_annotated, backing_id
+from kubegpu.allocation.resources import Resource
 from kubegpu.node.inventory import GpuLink, LinkLevel
 from kubegpu.settings.choices import DISTRIBUTED, PACKED
 
@@ -106,7 +107,7 @@ def preferred_devices(
 
 def _aligned(resource: Resource, candidates: Sequence[str]) -> bool:
     """NVIDIA's condition for the topology path: full GPUs only and no replica among the candidates."""
-    return resource.is_whole_gpus and not any(REPLICA_SEPARATOR in d for d in candidates)
+    return resource.is_whole_gpus and not any_annotated(candidates)
 
 
 # -- whole GPUs: exact best set ---------------------------------------------------------------------
@@ -427,11 +428,6 @@ class _Search:
 # -- replicas and MIG: NVIDIA's greedy policy --------------------------------------------------------
 
 
-def physical_id(device_id: str) -> str:
-    """The GPU or MIG UUID behind a device ID (the replica suffix `::<r>` stripped)."""
-    return device_id.split(REPLICA_SEPARATOR, 1)[0]
-
-
 def greedy_devices(
     resource: Resource, required: Sequence[str], candidates: Sequence[str], needed: int, policy: str
 ) -> list[str]:
@@ -446,23 +442,23 @@ def greedy_devices(
         raise PreferredAllocationError(NOT_ENOUGH_DEVICES)
     total: dict[str, int] = {}
     for device in resource.devices:
-        total[physical_id(device.id)] = total.get(physical_id(device.id), 0) + 1
+        total[backing_id(device.id)] = total.get(backing_id(device.id), 0) + 1
     available: dict[str, int] = {}
     for c in candidates:
-        available[physical_id(c)] = available.get(physical_id(c), 0) + 1
+        available[backing_id(c)] = available.get(backing_id(c), 0) + 1
     picked_from: dict[str, int] = dict.fromkeys(available, 0)
     sign = -1 if policy == PACKED else 1
     pool = list(candidates)
     picks: list[str] = []
 
     def rank(device_id: str) -> tuple[int, int]:
-        gpu = physical_id(device_id)
+        gpu = backing_id(device_id)
         return sign * (total[gpu] - available[gpu]), picked_from[gpu]
 
     for _ in range(needed):
         pool.sort(key=rank)  # stable: equal ranks keep their order
         pick = pool.pop(0)
-        gpu = physical_id(pick)
+        gpu = backing_id(pick)
         available[gpu] -= 1
         picked_from[gpu] += 1
         picks.append(pick)

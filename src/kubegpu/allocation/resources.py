@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kubegpu.allocation.device_ids import replica_id
 from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice
 from kubegpu.settings.nvidia_sharing import ReplicatedResource, Resources, SharingStrategy
 
@@ -24,7 +25,6 @@ RESOURCE_DOMAIN = "nvidia.com"
 DEFAULT_GPU_RESOURCE = f"{RESOURCE_DOMAIN}/gpu"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-REPLICA_SEPARATOR = "::"
 MIG_CONFIG_ERROR = (
     "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly"
 )
@@ -223,7 +223,7 @@ def replicate(device: Device, replicas: int) -> list[Device]:
     d = device  # constructed directly: dataclasses.replace costs ~10x more, and 8 x 48 add up
     return [
         Device(
-            f"{d.uuid}{REPLICA_SEPARATOR}{r}",
+            replica_id(d.uuid, r),
             d.uuid,
             d.index,
             d.gpu_index,

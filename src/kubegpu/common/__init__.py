@@ -1,4 +1,6 @@
 """Small helpers every layer may use (the bottom of the import graph, beside `settings`).
 
-Owns: atomic file replacement (`files`). Imports nothing else of kubegpu.
+Owns: atomic file replacement (`files`), Kubernetes' extended-resource-name rule (`k8s_names`), capped
+exponential back-off with jitter (`backoff`).
+Imports nothing else of kubegpu.
 """

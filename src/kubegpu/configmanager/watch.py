@@ -12,9 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -22,6 +20,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from kubegpu.common.backoff import Backoff
 from kubegpu.configmanager.errors import ConfigManagerError
 
 log = logging.getLogger("kubegpu.configmanager")
@@ -48,34 +47,11 @@ def connect(kubeconfig: str) -> Any:
     return client.CoreV1Api(client.ApiClient(configuration))
 
 
-@dataclass
-class Backoff:
-    """Capped exponential back-off with jitter, reset after a quiet spell; client-go's reflector uses
-    800 ms doubling to 30 s, reset after 2 minutes without failure.
-
-    Jitter keeps a fleet of nodes whose sidecars all lost the API server at once from returning in step.
-    Resetting by time rather than on the first success keeps a list that works followed by a watch that
-    fails at once (e.g. RBAC allows list but not watch) from retrying in a tight loop.
-    """
-
-    initial: float = 0.8
-    maximum: float = 30.0
-    factor: float = 2.0
-    jitter: float = 0.25
-    reset_after: float = 120.0
-    clock: Callable[[], float] = time.monotonic
-    _next: float = field(default=0.0, init=False)
-    _last: float | None = field(default=None, init=False)
-
-    def delay(self) -> float:
-        """The wait before the next attempt; each call waits longer, up to `maximum`."""
-        now = self.clock()
-        if self._last is not None and now - self._last > self.reset_after:
-            self._next = 0.0
-        self._last = now
-        base = self._next or self.initial
-        self._next = min(base * self.factor, self.maximum)
-        return min(base * (1 + random.uniform(0, self.jitter)), self.maximum)
+def watch_backoff() -> Backoff:
+    """client-go's reflector back-off: 800 ms doubling to 30 s, up to 25% longer for jitter, starting over
+    after 2 minutes without a failure (a list that works followed by a watch that fails at once, e.g. RBAC
+    allowing list but not watch, must not retry in a tight loop)."""
+    return Backoff(initial=0.8, maximum=30.0, jitter=(1.0, 1.25), reset_after=120.0)
 
 
 class LabelTracker:
@@ -121,7 +97,7 @@ class NodeLabelWatcher:
         self.core = core
         self.node_name = node_name
         self.tracker = LabelTracker(label)
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or watch_backoff()
         # The API server ends each watch after timeoutSeconds; a random one in client-go's 5-10 minute
         # range spreads the reconnects of many nodes. The client-side read timeout (a little longer)
         # catches a connection that died without a FIN.
@@ -154,7 +130,7 @@ class NodeLabelWatcher:
                 self._wait_after(f"{type(err).__name__}: {err}")
 
     def _wait_after(self, reason: str) -> None:
-        delay = self.backoff.delay()
+        delay = self.backoff.next_delay()
         log.warning("Cannot watch Node %s: %s; retrying in %.1fs", self.node_name, reason, delay)
         self._stop.wait(delay)
 

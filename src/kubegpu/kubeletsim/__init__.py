@@ -18,11 +18,12 @@ case of containers still running, the plugin-watcher registration path, SELinux 
 Go checksum of the checkpoint (written as 0).
 """
 
+from kubegpu.common.k8s_names import is_extended_resource_name
+
 from .devicemanager import DeviceState
 from .endpoint import RpcRecord
 from .errors import AdmissionError, ContainerStartError, PodError
 from .events import EventKind, SimEvent
-from .names import is_extended_resource_name
 from .narrator import Narrator
 from .pods import Container, ContainerAllocation, Pod, PodAllocation, RunContainerOptions
 from .simulator import KubeletSimulator

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from kubegpu.common.k8s_names import is_extended_resource_name
+
 from .errors import AdmissionError
-from .names import is_extended_resource_name
 from .pods import Pod
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 import grpc
 
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
+from kubegpu.common.k8s_names import is_extended_resource_name
 
 from .checkpoint import CHECKPOINT_FILE
 from .devicemanager import DeviceManager
 from .endpoint import DIAL_TIMEOUT, PluginClient, RpcRecorder, plugin_socket_path
 from .errors import DeviceManagerError, go_quote
 from .events import EventKind, EventLog
-from .names import is_extended_resource_name
 
 log = logging.getLogger(__name__)
 

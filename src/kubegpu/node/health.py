@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubegpu.common.backoff import Backoff
 from kubegpu.node.inventory import Health, Inventory
 from kubegpu.node.nvml.pci import device_handle_id
 from kubegpu.node.xids import XidAction, XidClassifier, XidPolicy, classifier_from_env, load_catalog
@@ -30,10 +31,15 @@ from kubegpu.node.xids import XidAction, XidClassifier, XidPolicy, classifier_fr
 log = logging.getLogger(__name__)
 
 ALL_GPUS = None
-WHOLE_GPU = 0xFFFFFFFF  # GI/CI ids NVML reports for an event that concerns the whole GPU
 RECOVERY_ENV = "KUBEGPU_HEALTH_RECOVERY"
 QUIET_ENV = "KUBEGPU_RECOVERY_QUIET_SECONDS"
 PROBE_ENV = "KUBEGPU_HEALTH_PROBE_SECONDS"
+
+
+def event_wait_backoff() -> Backoff:
+    """After a failed NVML event wait: 100 ms doubling to 5 s, so a persistently failing wait does not spin.
+    No jitter: the thread retries a local call, with no peer to stampede."""
+    return Backoff(initial=0.1, maximum=5.0)
 
 
 class HealthSettingsError(ValueError):
@@ -179,7 +185,7 @@ class HealthMonitor:
     def _loop(self, event_set: Any) -> None:
         nvml = self._nvml
         next_probe = time.monotonic() + self._settings.probe_interval_s
-        failures = 0
+        backoff = event_wait_backoff()
         while not self._stop.is_set():
             if time.monotonic() >= next_probe:
                 self._emit(self._probe())
@@ -189,19 +195,17 @@ class HealthMonitor:
                 until_probe_ms = int(max(0.0, next_probe - time.monotonic()) * 1000) + 1
                 data = nvml.nvmlEventSetWait_v2(event_set, min(self._settings.wait_ms, until_probe_ms))
             except nvml.NVMLError_Timeout:
-                failures = 0
+                backoff.reset()
                 continue
             except nvml.NVMLError as err:
-                failures += 1
                 log.error("waiting for NVML events failed (%s); marking all GPUs unhealthy", err)
                 reason = f"NVML event wait failed: {err}"
                 self._emit(
                     [e for u in self._index if (e := self._fault(u, XidAction.RESET_GPU, reason, None))]
                 )
-                # Back off so a persistently failing wait does not spin.
-                self._stop.wait(min(0.05 * 2**failures, 5.0))
+                self._stop.wait(backoff.next_delay())
                 continue
-            failures = 0
+            backoff.reset()
             event = self._interpret(data)
             if event is not None:
                 self._emit([event])

@@ -27,7 +27,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from kubegpu import __version__
-from kubegpu.allocation.resources import REPLICA_SEPARATOR, Resource
+from kubegpu.allocation.device_ids import backing_id
+from kubegpu.allocation.resources import Resource
 from kubegpu.api.podresources.v1 import api_pb2
 from kubegpu.plugin.podresources_client import (
     UNEXPECTED,
@@ -69,11 +70,6 @@ def is_registered(source: RegistrationSource, resource: str, kubelet: KubeletId 
     """Registered with the kubelet running now: a record of an earlier kubelet does not count."""
     reg = source.registration(resource)
     return kubelet is not None and reg is not None and reg.registered_with == kubelet
-
-
-def physical_uuid(device_id: str) -> str:
-    """The GPU behind a device ID the plugin did not describe itself (a replica ID without its suffix)."""
-    return device_id.split(REPLICA_SEPARATOR, 1)[0]
 
 
 class _Callback:
@@ -127,7 +123,7 @@ class PodDeviceInfo:
         for h in device_holders(answer):
             uuids = served.get(h.resource)
             if uuids is not None:
-                uuid = uuids.get(h.device_id) or physical_uuid(h.device_id)
+                uuid = uuids.get(h.device_id) or backing_id(h.device_id)
                 rows.append((h.container, h.device_id, h.namespace, h.pod, h.resource, uuid))
         self._answer = answer
         self.text = self._format(rows)

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import grpc
 from asyncinotify import Inotify, Mask
 
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
+from kubegpu.common.backoff import Backoff
 from kubegpu.plugin.server import OPTIONS, ResourceServer
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,6 @@ log = logging.getLogger(__name__)
 API_VERSION = "v1beta1"
 REGISTER_TIMEOUT_S = 15.0  # the kubelet may spend up to 10 s dialing back before it answers
 SAFETY_INTERVAL_S = 5.0  # reconcile even without events, in case one was missed
-BACKOFF_INITIAL_S = 0.02
-BACKOFF_MAX_S = 5.0
 CLOSE_TIMEOUT_S = 2.0
 
 KubeletId = tuple[int, int]
@@ -49,6 +47,11 @@ class Registration:
     registrations: int = 0
     failures: int = 0
     last_error: str | None = None
+
+
+def registration_backoff() -> Backoff:
+    """Retries of serving and registering: 20 ms doubling to 5 s, each wait 20% either side for jitter."""
+    return Backoff(initial=0.02, maximum=5.0, jitter=(0.8, 1.2))
 
 
 def kubelet_identity(path: Path) -> KubeletId | None:
@@ -74,7 +77,7 @@ class Registrar:
         self.state: dict[str, Registration] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._backoff = BACKOFF_INITIAL_S
+        self._backoff = registration_backoff()
         self._woken_at = time.monotonic()
         self._lock = asyncio.Lock()  # one reconcile pass at a time: the loop and set_servers both run them
 
@@ -115,7 +118,7 @@ class Registrar:
 
     def wake(self) -> None:
         self._woken_at = time.monotonic()
-        self._backoff = BACKOFF_INITIAL_S
+        self._backoff.reset()
         self._wake.set()
 
     async def start(self) -> None:
@@ -153,7 +156,7 @@ class Registrar:
                 retry_in = await self.reconcile()
             except Exception:  # the loop must outlive any one bad pass
                 log.exception("reconcile pass failed; retrying")
-                retry_in = self._next_backoff()
+                retry_in = self._backoff.next_delay()
             timeout = SAFETY_INTERVAL_S if retry_in is None else retry_in
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -179,7 +182,7 @@ class Registrar:
                 except (OSError, RuntimeError) as err:
                     log.warning("cannot serve %s on %s (%s); retrying", server.name, server.socket_path, err)
                     await server.stop()
-                    retry = self._next_backoff()
+                    retry = self._backoff.next_delay()
                     continue
             if self.kubelet_socket is None or reg.registered_with == current:
                 continue
@@ -191,15 +194,10 @@ class Registrar:
                 await server.stop()
                 await server.start()
             if await self._register(server, reg, current):
-                self._backoff = BACKOFF_INITIAL_S
+                self._backoff.reset()
             else:
-                retry = self._next_backoff()
+                retry = self._backoff.next_delay()
         return retry
-
-    def _next_backoff(self) -> float:
-        delay = self._backoff * random.uniform(0.8, 1.2)
-        self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
-        return delay
 
     async def _register(self, server: ResourceServer, reg: Registration, kubelet: KubeletId) -> bool:
         assert self.kubelet_socket is not None

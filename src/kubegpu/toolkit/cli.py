@@ -92,7 +92,8 @@ def _rules_help() -> str:
 @click.option(
     "--plugin-config",
     type=click.Path(dir_okay=False, exists=True),
-    help="The device plugin's config file (v1), to know whether shared resources fail requests above 1.",
+    help="The device plugin's config file (v1), to know whether shared resources fail requests above 1; "
+    "checked as the plugin checks it.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 def lint(files: tuple[str, ...], snapshot_path: str | None, plugin_config: str | None, as_json: bool) -> None:
@@ -121,11 +122,12 @@ def lint(files: tuple[str, ...], snapshot_path: str | None, plugin_config: str |
         except SnapshotError as exc:
             _fail(str(exc))
     if plugin_config:
-        from kubegpu.toolkit.plugin_config import PluginConfigError, fail_requests_greater_than_one
+        from kubegpu.settings.nvidia_config import ConfigError
+        from kubegpu.toolkit.plugin_config import fail_requests_greater_than_one
 
         try:
             options.fail_requests_greater_than_one = fail_requests_greater_than_one(plugin_config)
-        except PluginConfigError as exc:
+        except ConfigError as exc:
             _fail(str(exc))
     findings = run_lint(manifests, options)
     code = exit_code(findings)

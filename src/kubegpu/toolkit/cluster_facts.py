@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kubegpu.common.k8s_names import is_extended_resource_name
 from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.model import DaemonSet, Node, allocatable, capacity
 from kubegpu.toolkit.snapshot import Snapshot
@@ -36,7 +37,7 @@ class ClusterFacts:
         for node in snap.nodes:
             amounts = res.node_amounts(allocatable(node) or capacity(node))
             for name, amount in amounts.items():
-                if res.is_extended(name) and amount > 0:
+                if is_extended_resource_name(name) and amount > 0:
                     facts.offered.setdefault(name, []).append((node, amount))
         facts.runtime_classes = {rc.metadata.name: rc.handler for rc in snap.runtime_classes}
         for ds in snap.daemonsets:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
+from kubegpu.common.k8s_names import is_extended_resource_name
 from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit import quantity
 from kubegpu.toolkit.cluster_facts import ClusterFacts
@@ -175,7 +176,7 @@ def _quantity_checks(ctx: _Ctx, where: Path, c: Container) -> dict[str, dict[str
                 parsed[part][name] = None
                 continue
             parsed[part][name] = nanos
-            if res.is_extended(name) and nanos % quantity.NANO != 0:
+            if is_extended_resource_name(name) and nanos % quantity.NANO != 0:
                 share = (
                     "request a MIG profile (nvidia.com/mig-1g.10gb) or a time-sliced/MPS replica "
                     "(nvidia.com/gpu.shared)"
@@ -201,7 +202,7 @@ def _check_container(ctx: _Ctx, group: str, index: int, c: Container) -> None:
     reqs, lims = parsed["requests"], parsed["limits"]
     gpu_names = sorted({n for n in (*reqs, *lims) if res.is_gpu(n) or _LOOKS_LIKE_GPU.search(n)})
     for name in gpu_names:
-        if not res.is_extended(name) and name not in (res.CPU, res.MEMORY, res.EPHEMERAL):
+        if not is_extended_resource_name(name) and name not in (res.CPU, res.MEMORY, res.EPHEMERAL):
             ctx.add(
                 "KG009",
                 (*where, "resources"),
@@ -211,7 +212,7 @@ def _check_container(ctx: _Ctx, group: str, index: int, c: Container) -> None:
                 c.name,
             )
             continue
-        if not res.is_extended(name):
+        if not is_extended_resource_name(name):
             continue
         if name in reqs and name not in lims:
             ctx.add(
@@ -363,7 +364,7 @@ def _check_cluster(ctx: _Ctx) -> None:
     wanted: dict[str, int] = {}
     for _group, _index, c in _all_containers(w):
         for name, raw in limits(c).items():
-            if res.is_extended(name) and (res.is_gpu(name) or _LOOKS_LIKE_GPU.search(name)):
+            if is_extended_resource_name(name) and (res.is_gpu(name) or _LOOKS_LIKE_GPU.search(name)):
                 try:
                     wanted[name] = max(wanted.get(name, 0), quantity.value(raw))
                 except quantity.QuantityError:

@@ -8,30 +8,21 @@ then converted to scheduler units, milli-CPU and whole units for everything else
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
+from kubegpu.common.k8s_names import is_extended_resource_name
 from kubegpu.toolkit import quantity
 from kubegpu.toolkit.model import ContainerLite, PodSpecLite, Quantity, init_containers, limits, requests
 
 CPU, MEMORY, EPHEMERAL, PODS = "cpu", "memory", "ephemeral-storage", "pods"
 GPU = "nvidia.com/gpu"
 _NATIVE = {CPU, MEMORY, EPHEMERAL, PODS}
-_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-
-
-def is_extended(name: str) -> bool:
-    """`v1helper.IsExtendedResourceName`: vendor-prefixed, outside kubernetes.io, not `requests.*`."""
-    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
-        return False
-    prefix, _, local = name.partition("/")
-    return bool(prefix) and len(local) <= 63 and bool(_QUALIFIED_NAME.match(local))
 
 
 def is_scalar(name: str) -> bool:
     """Resources the scheduler tracks beyond cpu/memory/ephemeral-storage/pods."""
     return (
-        is_extended(name)
+        is_extended_resource_name(name)
         or name.startswith("hugepages-")
         or name.startswith("attachable-volumes-")
         or ("kubernetes.io/" in name and "/" in name)

@@ -15,7 +15,8 @@ from rich.table import Table
 
 from kubegpu.node.nvml.backend import FAKE_ENV
 from kubegpu.node.nvml.fake import ProfileError, list_profiles
-from kubegpu.node.nvml.fake_state import STATE_ENV, WHOLE_GPU, StateDir, StateDirError
+from kubegpu.node.nvml.fake_state import STATE_ENV, StateDir, StateDirError
+from kubegpu.node.nvml.pci import WHOLE_GPU
 
 
 @click.group("fake-nvml")

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import pynvml
 
 from kubegpu.common.files import write_atomic
+from kubegpu.node.nvml.pci import WHOLE_GPU
 
 STATE_ENV = "KUBEGPU_FAKE_NVML_STATE"
 
@@ -35,7 +36,6 @@ META_FILE = "meta.json"
 SYSFS_DIR = "sysfs"
 _LOCK_FILE = ".lock"
 
-WHOLE_GPU = 0xFFFFFFFF  # GI/CI id NVML puts in events that concern the whole GPU
 XID_FALLEN_OFF_BUS = 79
 
 

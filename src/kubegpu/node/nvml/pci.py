@@ -1,10 +1,14 @@
-"""PCI addresses and NVML handle identity: the small facts real and fake NVML share."""
+"""PCI addresses, NVML handle identity and event scope: the small facts real and fake NVML share."""
 
 from __future__ import annotations
 
 import ctypes
 import re
 from typing import Any
+
+# The GPU/compute instance id NVML puts in an event (nvmlEventData_t.gpuInstanceId, .computeInstanceId)
+# that concerns the whole GPU rather than one MIG instance.
+WHOLE_GPU = 0xFFFFFFFF
 
 _BUS_ID = re.compile(
     r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<device>[0-9a-fA-F]{1,2})\.(?P<function>[0-7])$"

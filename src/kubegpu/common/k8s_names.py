@@ -1,8 +1,9 @@
-"""The kubelet's resource-name check for device-plugin registration.
+"""Kubernetes' rule for extended resource names, the one copy the simulator, lint and explain share.
 
-A transcription of `v1helper.IsExtendedResourceName` and the apimachinery validators it uses
-(`IsQualifiedName`, `IsDNS1123Subdomain`). Python's `re.fullmatch` is used because Go's `$` never
-matches before a trailing newline while Python's `$` does.
+A transcription of the kube-apiserver's `IsExtendedResourceName` (k8s.io/kubernetes pkg/apis/core/helper,
+the same rule as `v1helper.IsExtendedResourceName` that the kubelet applies to device-plugin registration)
+and the apimachinery validators it uses (`IsQualifiedName`, `IsDNS1123Subdomain`). Python's `re.fullmatch`
+is used because Go's `$` never matches before a trailing newline while Python's `$` does.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def is_native_resource_name(name: str) -> bool:
 
 
 def is_extended_resource_name(name: str) -> bool:
-    """True iff the kubelet accepts `name` as a device-plugin resource name (spec §3)."""
+    """True iff `name` is an extended resource: the kubelet accepts it as a device-plugin resource name
+    (spec §3) and the API server takes it in a container's requests and limits."""
     if is_native_resource_name(name) or name.startswith(_REQUESTS_PREFIX):
         return False
     # The name must stay valid once turned into a quota name ("requests.<name>").
