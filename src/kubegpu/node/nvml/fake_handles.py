@@ -1,5 +1,4 @@
-"""The fake NVML's devices and handles: the GPU, MIG-device and NVLink objects built from a profile, and
-the pynvml pointer handles that encode them.
+"""The fake NVML's devices and handles: GPUs, MIG devices and NVLinks built from a profile, as pointers.
 
 Handles are real pynvml ctypes pointer types whose (never dereferenced) addresses encode what they point
 at: BASE | (gpu index + 1) << 8 | x. So they do not compare equal, as real handles do not, and passing a
