@@ -18,7 +18,7 @@ case of containers still running, the plugin-watcher registration path, SELinux 
 Go checksum of the checkpoint (written as 0).
 """
 
-from .devicemanager import DeviceState
+from .devicesets import DeviceState
 from .endpoint import RpcRecord
 from .errors import AdmissionError, ContainerStartError, PodError
 from .events import EventKind, SimEvent
