@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.node.discovery import discover, explain_nvml_error, mig_memory_gb, numa_node, nvml_session
+from kubegpu.node.discovery import discover, explain_nvml_error, numa_node, nvml_session
+from kubegpu.node.discovery_mig import mig_memory_gb
 from kubegpu.node.inventory import Inventory, LinkLevel
 from kubegpu.node.nvml.backend import FAKE_ENV, NvmlBackend, load_nvml
 from kubegpu.node.nvml.fake import FakeNvml
