@@ -76,6 +76,11 @@ def _check_sockets(directory: Path, shown: str) -> Iterator[Finding]:
         )
     else:
         yield Finding("kubelet-socket", OK, f"{shown}/kubelet.sock", "present", None, "")
+    yield from _check_plugin_sockets(directory, shown, kubelet)
+
+
+def _check_plugin_sockets(directory: Path, shown: str, kubelet: Path) -> Iterator[Finding]:
+    """The plugin's sockets, each created after the kubelet's (else its registration died with it)."""
     ours = sorted(
         p
         for p in directory.iterdir()

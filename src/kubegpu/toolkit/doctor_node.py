@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -24,6 +24,9 @@ from kubegpu.toolkit.doctor_kubelet import check_plugin_dir
 from kubegpu.toolkit.doctor_runtime import check_cdi, check_runtimes, check_toolkit
 from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, ordered
 from kubegpu.toolkit.host_tree import shown, under
+
+if TYPE_CHECKING:
+    from kubegpu.node.inventory import Inventory
 
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
@@ -92,6 +95,11 @@ def check_nvml(nvml: Any | None) -> Iterator[Finding]:
             "check the driver with nvidia-smi on the node",
         )
         return
+    yield from _inventory_findings(inventory)
+
+
+def _inventory_findings(inventory: Inventory) -> Iterator[Finding]:
+    """What NVML sees: the GPUs and driver, or none; then each GPU that is not healthy."""
     names = sorted({g.name for g in inventory.gpus})
     if not inventory.gpus:
         yield Finding(

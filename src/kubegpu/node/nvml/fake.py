@@ -4,7 +4,7 @@
 own structs and raising pynvml's own `NVMLError` subclasses with the real codes. Device, GPU instance
 and event set handles are real pynvml ctypes pointer types whose (never dereferenced) addresses encode
 what they point at (see `fake_handles.py`), so code that works on them works on real NVML handles too:
-they do not compare equal, and `kubegpu.nvml.device_handle_id()` identifies them. pynvml constants and
+they do not compare equal, and `pci.device_handle_id()` identifies them. pynvml constants and
 classes are reachable as attributes (`fake.NVML_ERROR_NOT_FOUND`); a pynvml function the fake lacks
 raises NVML_ERROR_FUNCTION_NOT_FOUND, as an old driver would.
 
