@@ -50,7 +50,8 @@ from bench.common import (
     stop_process,
     summary_ms,
 )
-from kubegpu.allocation.preferred import best_set, exhaustive_best_set, pair_score, preferred_devices
+from kubegpu.allocation.best_set import best_set, exhaustive_best_set
+from kubegpu.allocation.preferred import pair_score, preferred_devices
 from kubegpu.allocation.resources import build_resources
 from kubegpu.api.v1beta1 import api_pb2
 from kubegpu.node.discovery import discover, nvml_session

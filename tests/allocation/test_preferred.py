@@ -12,11 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubegpu.allocation.best_set import best_set, exhaustive_best_set
 from kubegpu.allocation.preferred import (
     NOT_ENOUGH_DEVICES,
     PreferredAllocationError,
-    best_set,
-    exhaustive_best_set,
     greedy_devices,
     pair_score,
     preferred_devices,

@@ -20,7 +20,8 @@ from kubegpu.labels.settings import LabelSettings
 from kubegpu.labels.sharing import ReplicatedResource, SharingSettings, SharingStrategy
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.nvml.backend import NvmlBackend
-from kubegpu.node.nvml.fake import FakeNvml, parse_profile
+from kubegpu.node.nvml.fake import FakeNvml
+from kubegpu.node.nvml.fake_profile import parse_profile
 from kubegpu.node.nvml.pci import sysfs_bus_id
 
 VERSIONS = {

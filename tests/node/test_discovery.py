@@ -12,10 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.node.discovery import discover, explain_nvml_error, mig_memory_gb, numa_node, nvml_session
+from kubegpu.node.discovery import discover, explain_nvml_error, numa_node, nvml_session
+from kubegpu.node.discovery_mig import mig_memory_gb
 from kubegpu.node.inventory import Inventory, LinkLevel
 from kubegpu.node.nvml.backend import FAKE_ENV, NvmlBackend, load_nvml
-from kubegpu.node.nvml.fake import FakeNvml, parse_profile
+from kubegpu.node.nvml.fake import FakeNvml
+from kubegpu.node.nvml.fake_profile import parse_profile
 from kubegpu.node.nvml.pci import device_handle_id, sysfs_bus_id
 
 GIB = 1024**3

@@ -18,8 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from kubegpu.node.nvml.backend import FAKE_ENV, SYSFS_ENV, load_nvml
-from kubegpu.node.nvml.fake import FakeNvml, ProfileError, load_profile, parse_profile, profile_names
+from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.node.nvml.fake_cli import fake_nvml
+from kubegpu.node.nvml.fake_profile import ProfileError, load_profile, parse_profile, profile_names
 from kubegpu.node.nvml.fake_state import STATE_ENV, StateDir
 from kubegpu.node.nvml.pci import device_handle_id
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import signal
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -21,7 +22,7 @@ from rich.text import Text
 
 from kubegpu.allocation.preferred import pair_score
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
-from kubegpu.kubeletsim import Container, EventKind, Pod
+from kubegpu.kubeletsim import Container, EventKind, Pod, SimEvent
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import Inventory
 from kubegpu.node.nvml.backend import load_nvml
@@ -108,13 +109,40 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
     )
     async with SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node:
         say.say(Text(f"work dir {node.root} (removed at the end)", style="dim"))
+        demo = _Demo(profile, node, inventory, say, results)
+        await demo.start()
+        await demo.allocate()
+        await demo.xid()
+        await demo.kubelet_restart()
+        await demo.recovery()
+        await demo.clean_exit()
+    say.say(
+        Text("work dir removed. Try: kubegpu kubelet-sim --help, kubegpu fake-nvml profiles", style="dim")
+    )
+    return results
 
+
+@dataclass
+class _Demo:
+    """The demo's steps, in order; each narrates itself and records what it measured in `results`."""
+
+    profile: str
+    node: SimulatedNode
+    inventory: Inventory
+    say: Narrator
+    results: dict[str, Any]
+    holders: dict[str, str] = field(default_factory=dict)  # device ID -> pod/container holding it
+    xid_seen: SimEvent | None = None  # when the kubelet saw the XID GPU turn Unhealthy
+    restart_mark: int = 0  # the simulator's event sequence number just before the kubelet restart
+
+    async def start(self) -> None:
+        node, say, results = self.node, self.say, self.results
         say.section("Start the kubelet and the device plugin")
         say.command(f"kubegpu kubelet-sim --dir {node.plugin_dir}")
-        say.command(f"KUBEGPU_FAKE_NVML={profile} kubegpu plugin --kubelet-socket {node.kubelet_socket}")
+        say.command(f"KUBEGPU_FAKE_NVML={self.profile} kubegpu plugin --kubelet-socket {node.kubelet_socket}")
         started = time.monotonic()
         node.start_plugin()
-        await node.wait_allocatable(len(inventory.gpus))
+        await node.wait_allocatable(len(self.inventory.gpus))
         registered = node.sim.events(EventKind.REGISTERED, resource=GPU_RESOURCE)[-1]
         results["cold_start_ms"] = round((registered.time - started) * 1e3, 1)
         results["cold_start_to_devices_ms"] = round((time.monotonic() - started) * 1e3, 1)
@@ -124,6 +152,8 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         )
         say.say(_node_table(node))
 
+    async def allocate(self) -> None:
+        node, say, inventory = self.node, self.say, self.inventory
         say.section("A pod asks for 2 GPUs")
         say.say("pod train, container main: resources.limits: {nvidia.com/gpu: 2}")
         allocation = await node.sim.admit(Pod("train", containers=[Container("main", {GPU_RESOURCE: 2})]))
@@ -146,17 +176,19 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
                 envs.get("NVIDIA_VISIBLE_DEVICES", ""),
             )
         )
-        results["allocated"] = chosen
-        results["visible_devices"] = envs.get("NVIDIA_VISIBLE_DEVICES")
-        holders = {uuid: "train/main" for uuid in chosen}
+        self.results["allocated"] = chosen
+        self.results["visible_devices"] = envs.get("NVIDIA_VISIBLE_DEVICES")
+        self.holders = {uuid: "train/main" for uuid in chosen}
 
+    async def xid(self) -> None:
+        node, say, results = self.node, self.say, self.results
         say.section(f"GPU {XID_GPU} reports XID 79: it has fallen off the bus")
         say.command(f"kubegpu fake-nvml inject --gpu {XID_GPU} --xid 79")
         mark = node.sim.last_seq
         injected = time.monotonic()
         StateDir(node.state_dir).inject_xid(XID_GPU, 79)
-        bad = inventory.gpus[XID_GPU].uuid
-        seen = await node.sim.wait_for_event(
+        bad = self._xid_uuid
+        self.xid_seen = seen = await node.sim.wait_for_event(
             EventKind.DEVICES_UPDATED,
             resource=GPU_RESOURCE,
             after=mark,
@@ -171,9 +203,11 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         say.say(_node_table(node))
         results["allocatable_after_xid"] = node.sim.allocatable()[GPU_RESOURCE]
 
+    async def kubelet_restart(self) -> None:
+        node, say, results = self.node, self.say, self.results
         say.section("The kubelet restarts and wipes the device-plugin directory")
         say.command("systemctl restart kubelet")
-        mark = node.sim.last_seq
+        self.restart_mark = mark = node.sim.last_seq
         restarted = time.monotonic()
         await node.sim.restart()
         await node.sim.wait_for_event(
@@ -188,6 +222,9 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
             f"Unhealthy (allocatable {results['allocatable_after_restart']})"
         )
 
+    async def recovery(self) -> None:
+        node, say, results = self.node, self.say, self.results
+        assert self.xid_seen is not None
         say.section(f"GPU {XID_GPU} recovers by itself")
         quiet = DEMO_HEALTH_ENV["KUBEGPU_RECOVERY_QUIET_SECONDS"]
         say.say(
@@ -195,22 +232,25 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
             f"for {quiet} s (60 s by default): handle and memory readable, no pending page retirement "
             "or row remap"
         )
+        bad = self._xid_uuid
         recovered = await node.sim.wait_for_event(
             EventKind.DEVICES_UPDATED,
             resource=GPU_RESOURCE,
-            after=mark,
+            after=self.restart_mark,
             where=lambda e: bad not in e.data["unhealthy"],
             timeout=15,
         )
-        results["recovered_after_s"] = round(recovered.time - seen.time, 2)
+        results["recovered_after_s"] = round(recovered.time - self.xid_seen.time, 2)
         results["allocatable_after_recovery"] = node.sim.allocatable()[GPU_RESOURCE]
         say.say(
             f"GPU {XID_GPU} is Healthy again {results['recovered_after_s']} s after the XID: allocatable "
             f"{results['allocatable_after_recovery']}. NVIDIA's plugin keeps it out until someone "
             "restarts the plugin."
         )
-        say.say(_gpu_table(node, inventory, holders))
+        say.say(_gpu_table(node, self.inventory, self.holders))
 
+    async def clean_exit(self) -> None:
+        node, say, results = self.node, self.say, self.results
         say.section("Clean exit")
         pid = node.plugin.pid if node.plugin else 0
         say.command(f"kill -TERM {pid}")
@@ -221,10 +261,10 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
             f"plugin exited with code {code}; plugin sockets left: {results['sockets_left'] or 'none'}; "
             "the kubelet marks the resource unavailable"
         )
-    say.say(
-        Text("work dir removed. Try: kubegpu kubelet-sim --help, kubegpu fake-nvml profiles", style="dim")
-    )
-    return results
+
+    @property
+    def _xid_uuid(self) -> str:
+        return self.inventory.gpus[XID_GPU].uuid
 
 
 @click.command("demo")

@@ -20,7 +20,7 @@ Go checksum of the checkpoint (written as 0).
 
 from kubegpu.common.k8s_names import is_extended_resource_name
 
-from .devicemanager import DeviceState
+from .devicesets import DeviceState
 from .endpoint import RpcRecord
 from .errors import AdmissionError, ContainerStartError, PodError
 from .events import EventKind, SimEvent

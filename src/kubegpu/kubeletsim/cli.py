@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .devicemanager import ENDPOINT_STOP_GRACE_PERIOD
+from .devicesets import ENDPOINT_STOP_GRACE_PERIOD
 from .events import SimEvent
 from .narrator import Narrator
 from .simulator import KubeletSimulator

@@ -22,7 +22,8 @@ import grpc
 from kubegpu.api.podresources.v1 import api_pb2, api_pb2_grpc
 
 from .checkpoint import NO_NUMA_NODE
-from .devicemanager import HEALTHY, DeviceManager
+from .devicemanager import DeviceManager
+from .devicesets import HEALTHY
 from .pods import Container, Pod
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from types import TracebackType
 
 from kubegpu.api.v1beta1 import api_pb2
 
-from .devicemanager import ENDPOINT_STOP_GRACE_PERIOD, DeviceManager, DeviceState, describe_ids
+from .devicemanager import DeviceManager
+from .devicesets import ENDPOINT_STOP_GRACE_PERIOD, DeviceState, describe_ids
 from .endpoint import DIAL_TIMEOUT, PRE_START_CONTAINER_TIMEOUT, RpcRecord
 from .errors import AdmissionError, ContainerStartError, DeviceManagerError
 from .events import EventKind, EventListener, EventLog, SimEvent

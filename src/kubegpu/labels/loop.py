@@ -28,7 +28,7 @@ from kubegpu.labels.output import LabelOutput, OutputError, make_output
 from kubegpu.labels.resource_labels import Labels
 from kubegpu.labels.settings import LabelSettings
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
-from kubegpu.node.nvml.fake import ProfileError
+from kubegpu.node.nvml.fake_profile import ProfileError
 from kubegpu.settings.goduration import format_go_duration
 from kubegpu.settings.nvidia_config import ConfigError
 

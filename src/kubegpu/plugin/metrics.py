@@ -140,6 +140,28 @@ class PodDeviceInfo:
         return "".join(lines).encode()
 
 
+class _Declare:
+    """Declares the plugin's event metrics in one registry, each named kubegpu_<name>."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def build_info(self, version: str) -> None:
+        Info(f"{PREFIX}_build", "kubegpu build and runtime versions.", registry=self.registry).info(
+            {
+                "version": version,
+                "python_version": platform.python_version(),
+                "grpc_version": grpc.__version__,
+            }
+        )
+
+    def counter(self, name: str, documentation: str, *labels: str) -> Counter:
+        return Counter(f"{PREFIX}_{name}", documentation, labels, registry=self.registry)
+
+    def histogram(self, name: str, documentation: str, buckets: Sequence[float], *labels: str) -> Histogram:
+        return Histogram(f"{PREFIX}_{name}", documentation, labels, buckets=buckets, registry=self.registry)
+
+
 class PluginMetrics:
     def __init__(
         self,
@@ -151,66 +173,44 @@ class PluginMetrics:
     ) -> None:
         self.status = status
         self.pod_resources = pod_resources
-        self.registry = CollectorRegistry()
-        r = self.registry
-        Info(f"{PREFIX}_build", "kubegpu build and runtime versions.", registry=r).info(
-            {
-                "version": version,
-                "python_version": platform.python_version(),
-                "grpc_version": grpc.__version__,
-            }
+        self.registry = r = CollectorRegistry()
+        declare = _Declare(r)
+        declare.build_info(version)
+        self._allocations = declare.counter(
+            "allocations", "Container allocations served (one per container request).", "resource"
         )
-        self._allocations = Counter(
-            f"{PREFIX}_allocations",
-            "Container allocations served (one per container request).",
-            ["resource"],
-            registry=r,
+        self._allocated_devices = declare.counter(
+            "allocated_devices", "Devices handed out by Allocate.", "resource"
         )
-        self._allocated_devices = Counter(
-            f"{PREFIX}_allocated_devices", "Devices handed out by Allocate.", ["resource"], registry=r
+        self._allocation_errors = declare.counter(
+            "allocation_errors", "Allocate or GetPreferredAllocation requests refused.", "resource", "rpc"
         )
-        self._allocation_errors = Counter(
-            f"{PREFIX}_allocation_errors",
-            "Allocate or GetPreferredAllocation requests refused.",
-            ["resource", "rpc"],
-            registry=r,
+        self._registrations = declare.counter(
+            "registrations", "Successful registrations with the kubelet.", "resource"
         )
-        self._registrations = Counter(
-            f"{PREFIX}_registrations", "Successful registrations with the kubelet.", ["resource"], registry=r
+        self._reregistrations = declare.counter(
+            "reregistrations", "Registrations after the first one (kubelet restarts, reloads).", "resource"
         )
-        self._reregistrations = Counter(
-            f"{PREFIX}_reregistrations",
-            "Registrations after the first one (kubelet restarts, reloads).",
-            ["resource"],
-            registry=r,
-        )
-        self._reregistration_latency = Histogram(
-            f"{PREFIX}_reregistration_latency_seconds",
+        self._reregistration_latency = declare.histogram(
+            "reregistration_latency_seconds",
             "From the event that required registering again (e.g. a new kubelet.sock) to registered.",
-            ["resource"],
-            buckets=REREGISTRATION_BUCKETS,
-            registry=r,
+            REREGISTRATION_BUCKETS,
+            "resource",
         )
-        self._xids = Counter(
-            f"{PREFIX}_xid_errors", "XID events by code and GPU.", ["xid", "uuid"], registry=r
-        )
-        self._transitions = Counter(
-            f"{PREFIX}_health_transitions",
+        self._xids = declare.counter("xid_errors", "XID events by code and GPU.", "xid", "uuid")
+        self._transitions = declare.counter(
+            "health_transitions",
             "Devices that changed health, by the health they changed to.",
-            ["resource", "direction"],
-            registry=r,
+            "resource",
+            "direction",
         )
-        self._pod_resources_errors = Counter(
-            f"{PREFIX}_pod_resources_errors",
-            "Failed reads of the kubelet's PodResources API, by reason.",
-            ["reason"],
-            registry=r,
+        self._pod_resources_errors = declare.counter(
+            "pod_resources_errors", "Failed reads of the kubelet's PodResources API, by reason.", "reason"
         )
-        self._pod_resources_latency = Histogram(
-            f"{PREFIX}_pod_resources_list_duration_seconds",
+        self._pod_resources_latency = declare.histogram(
+            "pod_resources_list_duration_seconds",
             "Time taken by the kubelet's PodResources List.",
-            buckets=POD_RESOURCES_BUCKETS,
-            registry=r,
+            POD_RESOURCES_BUCKETS,
         )
         if process_metrics:
             ProcessCollector(registry=r)

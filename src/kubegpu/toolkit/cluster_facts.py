@@ -1,5 +1,8 @@
-"""What `lint --snapshot` needs to know about a cluster: which nodes offer which GPU resources, how
-those are shared, which RuntimeClasses exist and whether GPU pods must name one."""
+"""What the tools need to know about a cluster: GPU nodes, the plugin's DaemonSet, the resources offered.
+
+`lint --snapshot` asks which nodes offer which GPU resources, how those are shared, which RuntimeClasses
+exist and whether GPU pods must name one; `doctor --cluster` which nodes promise GPUs by their labels.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,26 @@ from kubegpu.toolkit.model import DaemonSet, Node, allocatable, capacity
 from kubegpu.toolkit.snapshot import Snapshot
 
 PLUGIN_IMAGES = ("k8s-device-plugin", "nvidia-device-plugin", "kubegpu")
+PRESENT_LABELS = ("nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present")
+ACCELERATOR_LABELS = ("cloud.google.com/gke-accelerator", "k8s.amazonaws.com/accelerator")
+
+
+def label_count(text: str | None) -> int:
+    """A count label's value; 0 when it is absent or not a number."""
+    try:
+        return int(text or "0")
+    except ValueError:
+        return 0
+
+
+def promises_gpus(node: Node) -> bool:
+    """The node's labels (GFD, NFD, a cloud's accelerator label) say it has NVIDIA GPUs."""
+    labels = node.metadata.labels or {}
+    return (
+        any(labels.get(k) == "true" for k in PRESENT_LABELS)
+        or any(k in labels for k in ACCELERATOR_LABELS)
+        or label_count(labels.get("nvidia.com/gpu.count")) > 0
+    )
 
 
 def is_plugin_daemonset(ds: DaemonSet) -> bool:

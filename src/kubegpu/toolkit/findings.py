@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 OK, WARN, FAIL = "ok", "warn", "fail"
+MAX_LISTED = 10  # names shown in one finding's evidence
 
 
 @dataclass
@@ -32,3 +33,9 @@ def ordered(findings: list[Finding]) -> list[Finding]:
 
 def exit_code(findings: list[Finding]) -> int:
     return 1 if any(f.status == FAIL for f in findings) else 0
+
+
+def listed(names: list[str]) -> str:
+    """Names for a finding's evidence: the first MAX_LISTED, then how many more."""
+    more = f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else ""
+    return ", ".join(names[:MAX_LISTED]) + more

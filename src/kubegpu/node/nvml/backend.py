@@ -41,7 +41,7 @@ class NvmlBackend:
 def load_nvml(env: Mapping[str, str] | None = None) -> NvmlBackend:
     """The NVML selected by the environment (`os.environ` when `env` is None). Does not call nvmlInit.
 
-    Raises `kubegpu.nvml.fake.ProfileError` when the fake's profile is unknown or invalid.
+    Raises `kubegpu.node.nvml.fake_profile.ProfileError` when the fake's profile is unknown or invalid.
     """
     env = os.environ if env is None else env
     profile = env.get(FAKE_ENV, "").strip()

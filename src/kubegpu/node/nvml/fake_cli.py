@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kubegpu.node.nvml.backend import FAKE_ENV
-from kubegpu.node.nvml.fake import ProfileError, list_profiles
+from kubegpu.node.nvml.fake_profile import ProfileError, list_profiles
 from kubegpu.node.nvml.fake_state import STATE_ENV, StateDir, StateDirError
 from kubegpu.node.nvml.pci import WHOLE_GPU
 

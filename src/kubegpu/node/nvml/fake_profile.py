@@ -1,0 +1,317 @@
+"""The fake NVML's node profiles: their schema, how one is loaded and validated, and the built-in list.
+
+A profile (YAML, see `profiles/`) describes a node: GPU models (memory, compute capability, MIG profiles,
+NVLink ports, ECC recovery, supported events), the GPUs (UUID, PCI bus ID, minor, NUMA node, place in the
+PCIe tree, MIG layout) and the NVLink fabric. Validation names the offending field, so a hand-written
+profile's mistake is found at load time, not as an odd NVML answer later.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import pynvml
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kubegpu.node.nvml.pci import parse_pci_bus_id
+
+_GPU_UUID = r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_MIG_UUID = r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_NVML_BUS_ID = r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$"  # NVML's own form: 8-digit domain, upper case
+
+EVENT_TYPES: dict[str, int] = {
+    "xid": pynvml.nvmlEventTypeXidCriticalError,
+    "single_bit_ecc": pynvml.nvmlEventTypeSingleBitEccError,
+    "double_bit_ecc": pynvml.nvmlEventTypeDoubleBitEccError,
+    "pstate": pynvml.nvmlEventTypePState,
+    "clock": pynvml.nvmlEventTypeClock,
+}
+EventName = Literal["xid", "single_bit_ecc", "double_bit_ecc", "pstate", "clock"]
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuInstanceProfile(_Schema):
+    """One GPU instance profile of a MIG-capable model: a row of `nvidia-smi mig -lgip`."""
+
+    name: str = Field(pattern=r"^\d+g\.\d+gb([+-][a-z.,]+)?$")  # e.g. "1g.5gb", "1g.5gb+me"
+    index: int = Field(ge=0, lt=pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)  # NVML_GPU_INSTANCE_PROFILE_*
+    id: int = Field(ge=0)  # the profile ID NVML reports (the "ID" column of `nvidia-smi mig -lgip`)
+    slices: int = Field(ge=1, le=8)
+    instances: int = Field(ge=1)  # how many of it fit on an empty GPU
+    memory_mib: int = Field(gt=0)
+    multiprocessors: int = Field(gt=0)
+    copy_engines: int = Field(0, ge=0)
+    decoders: int = Field(0, ge=0)
+    encoders: int = Field(0, ge=0)
+    jpegs: int = Field(0, ge=0)
+    ofas: int = Field(0, ge=0)
+
+
+class MigSupport(_Schema):
+    """MIG capability of a GPU model. A model without it is not MIG capable."""
+
+    max_devices: int = Field(7, ge=1, le=254)
+    profiles: list[GpuInstanceProfile] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> MigSupport:
+        for attr in ("name", "index", "id"):
+            values = [getattr(p, attr) for p in self.profiles]
+            dupes = sorted({str(v) for v in values if values.count(v) > 1})
+            if dupes:
+                raise ValueError(f"profiles: duplicate {attr} {', '.join(dupes)}")
+        return self
+
+    def profile(self, name: str) -> GpuInstanceProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
+class GpuModel(_Schema):
+    """What every GPU of one product has in common."""
+
+    name: str  # as nvmlDeviceGetName reports it, e.g. "NVIDIA A100-SXM4-40GB"
+    memory_mib: int = Field(gt=0)
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")  # quote it in YAML: "8.0"
+    multiprocessors: int = Field(gt=0)
+    pci_device_id: int = Field(0, ge=0)  # e.g. 0x20B010DE
+    nvlinks: int = Field(0, ge=0, le=pynvml.NVML_NVLINK_MAX_LINKS)  # NVLink ports per GPU
+    ecc_recovery: Literal["row_remapping", "page_retirement", "none"] = "row_remapping"
+    events: list[EventName] = Field(default_factory=lambda: list(EVENT_TYPES))  # supported event types
+    mig: MigSupport | None = None
+
+    @property
+    def cc(self) -> tuple[int, int]:
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
+
+
+class PciePlacement(_Schema):
+    """Where a GPU hangs in the PCIe tree; the NVML topology level of two GPUs follows from it."""
+
+    cpu: int = Field(ge=0)  # CPU socket of the root port
+    host_bridge: str  # root complex / host bridge name
+    switches: list[str] = Field(default_factory=list)  # PCIe switches from the host bridge down to the GPU
+
+
+class MigDeviceSpec(_Schema):
+    uuid: str = Field(pattern=_MIG_UUID)
+    profile: str  # a GPU instance profile name of the model
+    gi: int = Field(ge=0)  # GPU instance id
+    ci: int = Field(0, ge=0)  # compute instance id
+    compute_slices: int | None = Field(None, ge=1)  # slices of the compute instance; default: the whole GI
+
+
+class MigConfig(_Schema):
+    enabled: bool = False
+    devices: list[MigDeviceSpec] = Field(default_factory=list)  # in enumeration (slot) order
+
+
+class GpuSpec(_Schema):
+    model: str  # a key of `models`
+    uuid: str = Field(pattern=_GPU_UUID)
+    pci_bus_id: str = Field(pattern=_NVML_BUS_ID)
+    minor: int = Field(ge=0)  # /dev/nvidia<minor>
+    numa_node: int | None = Field(None, ge=0)  # None: sysfs reports -1
+    pcie: PciePlacement
+    mig: MigConfig = Field(default_factory=MigConfig)
+
+
+class NvlinkPair(_Schema):
+    gpus: tuple[int, int]  # GPU indices
+    links: int = Field(ge=1)
+
+
+class NvlinkFabric(_Schema):
+    switches: list[str] = Field(default_factory=list)  # NVSwitch PCI bus ids; GPU links are spread over them
+    switch_links_per_gpu: int = Field(0, ge=0)
+    pairs: list[NvlinkPair] = Field(default_factory=list)  # direct GPU-to-GPU links
+
+    @field_validator("switches")
+    @classmethod
+    def _bus_ids(cls, value: list[str]) -> list[str]:
+        for bus_id in value:
+            parse_pci_bus_id(bus_id)
+        return value
+
+
+class Profile(_Schema):
+    """A node as the fake NVML presents it."""
+
+    description: str  # one line, shown by `kubegpu fake-nvml profiles`
+    driver_version: str = "550.90.07"
+    cuda_driver_version: str = Field("12.4", pattern=r"^\d+\.\d+$")
+    init_error: str | None = None  # an NVML_ERROR_* name without the prefix, e.g. DRIVER_NOT_LOADED
+    models: dict[str, GpuModel] = Field(default_factory=dict)
+    gpus: list[GpuSpec] = Field(default_factory=list)
+    nvlink: NvlinkFabric = Field(default_factory=NvlinkFabric)
+
+    @field_validator("init_error")
+    @classmethod
+    def _known_error(cls, value: str | None) -> str | None:
+        if value is not None and not hasattr(pynvml, f"NVML_ERROR_{value}"):
+            raise ValueError(
+                f"{value!r} is not an NVML error name (e.g. DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Profile:
+        self._check_models()
+        self._check_unique()
+        for i, gpu in enumerate(self.gpus):
+            _check_mig(f"gpus[{i}]", gpu, self.models[gpu.model])
+        self._check_nvlink()
+        return self
+
+    def _check_models(self) -> None:
+        for i, gpu in enumerate(self.gpus):
+            if gpu.model not in self.models:
+                known = ", ".join(sorted(self.models)) or "none defined"
+                raise ValueError(f"gpus[{i}].model: unknown model {gpu.model!r} (models: {known})")
+
+    def _check_unique(self) -> None:
+        uuids = [g.uuid for g in self.gpus] + [m.uuid for g in self.gpus for m in g.mig.devices]
+        _no_dupes("uuid", uuids)
+        _no_dupes("pci_bus_id", [g.pci_bus_id for g in self.gpus] + self.nvlink.switches)
+        _no_dupes("minor", [g.minor for g in self.gpus])
+
+    def _check_nvlink(self) -> None:
+        fabric = self.nvlink
+        if fabric.switch_links_per_gpu and not fabric.switches:
+            raise ValueError("nvlink.switches: switch_links_per_gpu is set but no NVSwitch is listed")
+        used = [fabric.switch_links_per_gpu] * len(self.gpus)
+        for n, pair in enumerate(fabric.pairs):
+            a, b = pair.gpus
+            if a == b or not (0 <= a < len(self.gpus) and 0 <= b < len(self.gpus)):
+                raise ValueError(f"nvlink.pairs[{n}].gpus: {list(pair.gpus)} must be two GPU indices")
+            used[a] += pair.links
+            used[b] += pair.links
+        for i, gpu in enumerate(self.gpus):
+            ports = self.models[gpu.model].nvlinks
+            if used[i] > ports:
+                raise ValueError(f"nvlink: GPU {i} uses {used[i]} NVLinks but model {gpu.model} has {ports}")
+
+
+def _no_dupes(what: str, values: list[Any]) -> None:
+    dupes = sorted({str(v) for v in values if values.count(v) > 1})
+    if dupes:
+        raise ValueError(f"gpus: duplicate {what} {', '.join(dupes)}")
+
+
+def _check_mig(where: str, gpu: GpuSpec, model: GpuModel) -> None:
+    mig = gpu.mig
+    if mig.devices and not mig.enabled:
+        raise ValueError(f"{where}.mig.devices: MIG devices are listed but mig.enabled is false")
+    if not mig.enabled:
+        return
+    if model.mig is None:
+        raise ValueError(f"{where}.mig.enabled: model {gpu.model} is not MIG capable (it has no mig section)")
+    if len(mig.devices) > model.mig.max_devices:
+        raise ValueError(
+            f"{where}.mig.devices: {len(mig.devices)} devices, the model allows {model.mig.max_devices}"
+        )
+    gi_profiles: dict[int, GpuInstanceProfile] = {}
+    for j, dev in enumerate(mig.devices):
+        at = f"{where}.mig.devices[{j}]"
+        profile = model.mig.profile(dev.profile)
+        if profile is None:
+            known = ", ".join(p.name for p in model.mig.profiles)
+            raise ValueError(f"{at}.profile: {dev.profile!r} is not a MIG profile of {gpu.model} ({known})")
+        if gi_profiles.setdefault(dev.gi, profile) != profile:
+            raise ValueError(f"{at}.gi: GPU instance {dev.gi} is used with two profiles")
+        if dev.compute_slices is not None and dev.compute_slices > profile.slices:
+            raise ValueError(
+                f"{at}.compute_slices: {dev.compute_slices} exceeds the {profile.slices} of {profile.name}"
+            )
+    _no_dupes("MIG gi/ci", [(d.gi, d.ci) for d in mig.devices])
+    capacity = max(p.slices for p in model.mig.profiles)
+    used = sum(p.slices for p in gi_profiles.values())
+    if used > capacity:
+        raise ValueError(f"{where}.mig.devices: GPU instances take {used} slices, the GPU has {capacity}")
+
+
+class ProfileError(ValueError):
+    """A fake NVML profile that cannot be found, read or validated. The message names the field."""
+
+
+_PROFILE_SUFFIXES = (".yaml", ".yml")
+
+
+def _builtin_dir() -> Any:
+    return resources.files("kubegpu.node.nvml").joinpath("profiles")
+
+
+def profile_names() -> list[str]:
+    """Names of the profiles shipped with kubegpu."""
+    names = (
+        entry.name.rsplit(".", 1)[0]
+        for entry in _builtin_dir().iterdir()
+        if entry.name.endswith(_PROFILE_SUFFIXES)
+    )
+    return sorted(names)
+
+
+def load_profile(ref: str) -> tuple[str, Profile]:
+    """(name, profile) for a built-in profile name or a path to a .yaml profile."""
+    if ref.endswith(_PROFILE_SUFFIXES) or os.sep in ref:
+        path = Path(ref)
+        try:
+            text = path.read_text()
+        except OSError as err:
+            raise ProfileError(f"cannot read fake NVML profile {path}: {err.strerror}") from err
+        return path.stem, parse_profile(text, str(path))
+    if ref not in profile_names():
+        raise ProfileError(
+            f"unknown fake NVML profile {ref!r}: use one of {', '.join(profile_names())}, "
+            "or a path to a .yaml profile"
+        )
+    return ref, parse_profile(_builtin_dir().joinpath(f"{ref}.yaml").read_text(), ref)
+
+
+def parse_profile(text: str, source: str) -> Profile:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ProfileError(f"fake NVML profile {source} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ProfileError(f"fake NVML profile {source} must be a YAML mapping")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as err:
+        lines = [
+            f"  {_error_location(e['loc'])}{e['msg'].removeprefix('Value error, ')}" for e in err.errors()
+        ]
+        raise ProfileError(f"fake NVML profile {source} is invalid:\n" + "\n".join(lines)) from err
+
+
+def _error_location(loc: tuple[int | str, ...]) -> str:
+    if not loc:
+        return ""  # whole-profile checks name their field in the message
+    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+    return f"{text}: "
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSummary:
+    name: str
+    description: str
+    gpus: str  # e.g. "8x NVIDIA A100-SXM4-40GB"
+
+
+def summarize(name: str, profile: Profile) -> ProfileSummary:
+    counts = collections.Counter(profile.models[g.model].name for g in profile.gpus)
+    gpus = ", ".join(f"{n}x {model}" for model, n in counts.items()) or "none"
+    return ProfileSummary(name, profile.description, gpus)
+
+
+def list_profiles() -> list[ProfileSummary]:
+    return [summarize(*load_profile(name)) for name in profile_names()]

@@ -1,0 +1,145 @@
+"""The lint rules (ids, severities, summaries), the findings they produce and what every check shares."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+from kubegpu.toolkit.cluster_facts import ClusterFacts
+from kubegpu.toolkit.manifests import Path, Workload, path_text
+from kubegpu.toolkit.model import Container
+
+ERROR, WARNING = "error", "warning"
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    severity: str
+    summary: str
+    needs_snapshot: bool = False
+
+
+RULES = {
+    r.id: r
+    for r in (
+        Rule("KG000", "invalid-manifest", ERROR, "the document is not a readable Kubernetes object"),
+        Rule("KG001", "gpu-only-in-requests", ERROR, "a GPU is in requests but not in limits"),
+        Rule("KG002", "gpu-requests-not-limits", ERROR, "GPU requests differ from GPU limits"),
+        Rule("KG003", "gpu-not-integer", ERROR, "a GPU quantity is fractional (0.5, 500m)"),
+        Rule("KG004", "invalid-quantity", ERROR, "a resource quantity does not parse"),
+        Rule(
+            "KG005",
+            "shared-gpu-above-one",
+            WARNING,
+            "more than one replica of a shared (time-sliced/MPS) GPU; an error where the plugin rejects it",
+        ),
+        Rule(
+            "KG006", "mixed-mig-types", WARNING, "one container asks for two MIG types, or MIG and full GPUs"
+        ),
+        Rule("KG007", "init-container-holds-gpu", WARNING, "an init container or sidecar holds GPUs"),
+        Rule(
+            "KG008", "visible-devices-env", WARNING, "NVIDIA_VISIBLE_DEVICES set by hand bypasses accounting"
+        ),
+        Rule(
+            "KG009",
+            "unknown-gpu-resource",
+            ERROR,
+            "a GPU resource name no NVIDIA plugin serves (or, with a snapshot, no node offers)",
+        ),
+        Rule(
+            "KG010",
+            "missing-toleration",
+            ERROR,
+            "every node offering the GPU has a taint the pod does not tolerate",
+            True,
+        ),
+        Rule(
+            "KG011", "missing-runtime-class", ERROR, "GPU pods must name the nvidia RuntimeClass here", True
+        ),
+        Rule("KG012", "gpu-exceeds-any-node", ERROR, "no single node has as many GPUs as requested", True),
+        Rule(
+            "KG013",
+            "selector-excludes-gpu-nodes",
+            ERROR,
+            "nodeSelector/affinity excludes every node offering the GPU",
+            True,
+        ),
+        Rule(
+            "KG014",
+            "device-plugin-and-dra",
+            WARNING,
+            "one container uses both DRA claims and device-plugin GPUs",
+        ),
+    )
+}
+
+LOOKS_LIKE_GPU = re.compile(r"gpu|mig-|nvidia", re.IGNORECASE)
+
+
+@dataclass
+class Finding:
+    rule: str
+    name: str
+    severity: str
+    file: str
+    line: int | None
+    doc: int
+    object: str
+    container: str | None
+    path: str
+    message: str
+    fix: str
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass
+class LintOptions:
+    cluster: ClusterFacts | None = None
+    fail_requests_greater_than_one: bool | None = None  # from --plugin-config, when given
+
+
+@dataclass
+class LintContext:
+    workload: Workload
+    options: LintOptions
+    findings: list[Finding]
+
+    def add(
+        self,
+        rule_id: str,
+        path: Path,
+        message: str,
+        fix: str,
+        container: str | None = None,
+        severity: str | None = None,
+    ) -> None:
+        rule = RULES[rule_id]
+        w = self.workload
+        full = (*w.spec_path, *path)
+        self.findings.append(
+            Finding(
+                rule=rule.id,
+                name=rule.name,
+                severity=severity or rule.severity,
+                file=w.source.file,
+                line=w.source.line(full),
+                doc=w.source.doc,
+                object=w.ref,
+                container=container,
+                path=path_text(full),
+                message=message,
+                fix=fix,
+            )
+        )
+
+
+def all_containers(w: Workload) -> Iterator[tuple[str, int, Container]]:
+    for index, c in enumerate(w.spec.init_containers or []):
+        yield "initContainers", index, c
+    for index, c in enumerate(w.spec.containers or []):
+        yield "containers", index, c
