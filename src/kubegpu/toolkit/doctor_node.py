@@ -15,11 +15,14 @@ import stat
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, ordered
+
+if TYPE_CHECKING:
+    from kubegpu.settings.env import NvmlSelection
 
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
@@ -73,8 +76,8 @@ def check_library(root: Path) -> Iterator[Finding]:
     )
 
 
-def check_nvml(nvml: Any | None) -> Iterator[Finding]:
-    """nvmlInit and discovery exactly as the plugin runs them."""
+def check_nvml(nvml: Any | None, selection: NvmlSelection | None = None) -> Iterator[Finding]:
+    """nvmlInit and discovery exactly as the plugin runs them (on `selection`'s NVML: the real one)."""
     try:
         from kubegpu.node.discovery import NVMLError, discover, explain_nvml_error, nvml_session
         from kubegpu.node.nvml.backend import load_nvml
@@ -89,7 +92,7 @@ def check_nvml(nvml: Any | None) -> Iterator[Finding]:
         )
         return
     try:
-        backend = nvml if nvml is not None else load_nvml()
+        backend = nvml if nvml is not None else load_nvml(selection)
         with nvml_session(backend):
             inventory = discover(backend)
     except NVMLError as err:
@@ -607,8 +610,14 @@ def _head(path: Path) -> str:
 # --- all together -----------------------------------------------------------------------------------------
 
 
-def doctor_node(host_root: Path, nvml: Any | None = None, env: dict[str, str] | None = None) -> list[Finding]:
-    """Every node check. `nvml` overrides the NVML backend (tests); `env` the environment read."""
+def doctor_node(
+    host_root: Path,
+    nvml: Any | None = None,
+    env: dict[str, str] | None = None,
+    nvml_selection: NvmlSelection | None = None,
+) -> list[Finding]:
+    """Every node check. `nvml` overrides the NVML backend (tests), else `nvml_selection` picks it (the
+    real NVML by default); `env` is the environment diagnosed (the process's by default)."""
     root = host_root
     if not root.is_dir():
         return [
@@ -624,7 +633,7 @@ def doctor_node(host_root: Path, nvml: Any | None = None, env: dict[str, str] | 
     env = dict(os.environ) if env is None else env
     checks: list[Callable[[], Iterator[Finding]]] = [
         lambda: check_library(root),
-        lambda: check_nvml(nvml),
+        lambda: check_nvml(nvml, nvml_selection),
         lambda: check_device_nodes(root),
         lambda: check_dev_char(root),
         lambda: check_toolkit(root),
