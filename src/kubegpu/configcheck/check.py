@@ -98,9 +98,9 @@ def render(report: CheckReport, console: Console) -> None:
         console.print(table)
     if report.settings:
         settings = Table("setting", "value", "source", title="settings outside the config file")
+        settings.columns[1].overflow = "fold"
         for entry in report.settings:
-            source = entry.source if entry.source == "default" else f"{entry.source} {entry.given.origin}"
-            settings.add_row(entry.setting.label, entry.text or '""', source)
+            settings.add_row(entry.setting.label, entry.text or '""', f"{entry.source} {entry.via}".strip())
         console.print(settings)
     for warning in report.warnings:
         console.print(f"[yellow]warning[/yellow]: {warning}", highlight=False)

@@ -30,6 +30,12 @@ class Effective:
     def source(self) -> Source:
         return self.given.source
 
+    @property
+    def via(self) -> str:
+        """The flag or env var it came through, when the label does not say it already ("" otherwise)."""
+        origin = self.given.origin
+        return origin if self.source != "default" and origin != self.setting.label else ""
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.setting.name,
@@ -57,7 +63,6 @@ def render_block(entries: Sequence[Effective]) -> str:
     """One line per setting, its source first: `  flag     KUBEGPU_HTTP_PORT=8080 (--http-port)`."""
     lines = []
     for entry in entries:
-        origin = entry.given.origin
-        via = f" ({origin})" if entry.source != "default" and origin != entry.setting.label else ""
+        via = f" ({entry.via})" if entry.via else ""
         lines.append(f"  {entry.source:<7}  {entry.setting.label}={_shown(entry.text)}{via}")
     return "\n".join(lines)

@@ -58,7 +58,7 @@ def profiles(as_json: bool) -> None:
 
 
 @fake_nvml.command("inject")
-@click.option(_STATE_DIR.option, _STATE_DIR.key, metavar="PATH", help=help_text(_STATE_DIR))
+@click.option(_STATE_DIR.option, _STATE_DIR.key, default=None, metavar="PATH", help=help_text(_STATE_DIR))
 @click.option("--gpu", type=click.IntRange(min=0), help="GPU index (as nvidia-smi numbers them).")
 @click.option("--xid", type=click.IntRange(min=0), help="Raise an XID critical error event, e.g. 48 or 79.")
 @click.option(
