@@ -8,6 +8,8 @@ import pytest
 
 from kubegpu.cli.main import main
 from kubegpu.settings.given import read_given
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.plugin import resolve
 from kubegpu.settings.setting import COMMANDS, DOCTOR, Setting
 from kubegpu.settings.table import SETTINGS, for_command
 from kubegpu.settings.values import default_text, text_of
@@ -208,3 +210,18 @@ def test_every_default_is_valid_for_its_own_setting(setting: Setting) -> None:
     parsed = read_given([setting], {}, {setting.envvars[0]: text})[setting.name].value
     assert text_of(setting, parsed) == text
     assert parsed == (list(setting.default) if setting.kind == "list" else setting.default)
+
+
+@pytest.mark.parametrize("setting", [s for s in for_command("plugin") if s.choices], ids=lambda s: s.name)
+def test_nvidias_choices_are_what_nvidias_validation_accepts(setting: Setting) -> None:
+    """NVIDIA's choices are checked after the merge with the config file, with NVIDIA's texts."""
+    for choice in setting.choices:
+        resolve(read_given(for_command("plugin"), {setting.name: choice}, {}))
+    with pytest.raises(ConfigError, match=r"^unable to validate flags: "):
+        resolve(read_given(for_command("plugin"), {setting.name: "bogus"}, {}))
+    assert {s.name: s.choices for s in for_command("plugin") if s.choices} == {
+        "mig-strategy": ("none", "single", "mixed"),
+        "device-list-strategy": ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri"),
+        "device-id-strategy": ("uuid", "index"),
+        "shared-devices-allocation-policy": ("distributed", "packed"),
+    }

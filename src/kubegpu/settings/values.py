@@ -108,7 +108,7 @@ def parse_whole_number(text: str, *, minimum: float | None, maximum: float | Non
 def parse_path(text: str) -> Path:
     path = text.strip()
     if not path:
-        raise BadValue("use a path")
+        raise BadValue("use a non-empty path")
     return Path(path)
 
 
