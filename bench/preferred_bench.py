@@ -57,6 +57,7 @@ from kubegpu.api.v1beta1 import api_pb2
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import GpuLink, Inventory, LinkLevel
 from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.settings.env import NvmlSelection
 
 LATENCY_TARGET = 2.0
 Score = Callable[[int, int], int]
@@ -114,7 +115,7 @@ def random_weights(seed: int) -> Callable[[int, int], tuple[LinkLevel, int]]:
 
 @cache
 def profile_links(name: str) -> list[tuple[int, int, int, int]]:
-    backend = load_nvml({"KUBEGPU_FAKE_NVML": name})
+    backend = load_nvml(NvmlSelection.fake(name))
     with nvml_session(backend.nvml):
         inventory = discover(backend)
     return [(x.a, x.b, int(x.level), x.nvlinks) for x in inventory.links]

@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubegpu.allocation.allocate import AllocateOptions, allocate_container
-from kubegpu.allocation.cdi import CdiOptions, build_specs, cdi_root, gpu_spec, nonempty_modes, qualified_name
+from kubegpu.allocation.cdi import CdiOptions, build_specs, gpu_spec, nonempty_modes, qualified_name
 from kubegpu.allocation.resources import build_resources
 from kubegpu.node.inventory import Inventory, MigDevice
 from kubegpu.plugin.cdi_files import CdiSpecWriter
+from kubegpu.settings.env import DaemonEnv
 from tests.builders import gpu_uuid, make_gpus, make_inventory
 from tests.cdi_schema import PUBLISHED, cdi_errors
 
@@ -273,8 +274,9 @@ def test_writer_is_atomic_idempotent_and_removes_only_its_files(driver_root: Pat
 
 
 def test_cdi_root_defaults_to_var_run_cdi() -> None:
-    assert cdi_root({}) == Path("/var/run/cdi")
-    assert cdi_root({"KUBEGPU_CDI_ROOT": "/tmp/x"}) == Path("/tmp/x")
+    assert DaemonEnv.from_environ({}).cdi_root == Path("/var/run/cdi")
+    assert DaemonEnv.from_environ({"KUBEGPU_CDI_ROOT": ""}).cdi_root == Path("/var/run/cdi")
+    assert DaemonEnv.from_environ({"KUBEGPU_CDI_ROOT": "/tmp/x"}).cdi_root == Path("/tmp/x")
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(

@@ -25,6 +25,7 @@ from kubegpu.allocation.resources import Device, Resource, build_resources
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import GpuLink, Health, Inventory, LinkLevel
 from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.settings.env import NvmlSelection
 from tests.builders import gpu_uuid, make_gpus, make_inventory
 
 # DGX-1 (V100) hybrid cube mesh: direct NVLink lane counts.
@@ -37,7 +38,7 @@ DGX1 = {
 @cache
 def profile(name: str) -> Inventory:
     """The real discovery code on a fake node profile: the links a node of that kind reports."""
-    backend = load_nvml({"KUBEGPU_FAKE_NVML": name})
+    backend = load_nvml(NvmlSelection.fake(name))
     with nvml_session(backend.nvml):
         return discover(backend)
 

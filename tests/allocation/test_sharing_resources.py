@@ -20,6 +20,7 @@ from kubegpu.allocation.resources import (
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import Health, Inventory
 from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.settings.env import NvmlSelection
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.nvidia_sharing import ReplicatedDevices, SharingStrategy, resource_name
 from kubegpu.settings.plugin import resolve
@@ -28,7 +29,7 @@ from tests.settings.test_plugin_settings import defaults
 
 @cache
 def inventory(profile: str) -> Inventory:
-    backend = load_nvml({"KUBEGPU_FAKE_NVML": profile})
+    backend = load_nvml(NvmlSelection.fake(profile))
     with nvml_session(backend.nvml):
         return discover(backend)
 

@@ -83,3 +83,61 @@ def test_every_error_with_its_field_path(tmp_path: Path) -> None:
 def test_no_gpu_here_says_how_to_check_anyway(config: Path) -> None:
     code, report = run(str(config), "--profile", "no-driver")
     assert code == 1 and "Use --profile" in report["errors"][0]
+
+
+def test_shows_the_settings_outside_the_file_and_where_each_came_from(config: Path) -> None:
+    code, report = run(
+        str(config),
+        "--profile",
+        "t4-pcie",
+        "--http-port",
+        "8080",
+        env={"KUBEGPU_HEALTH_PROBE_SECONDS": "2.5", "KUBEGPU_CDI_ROOT": ""},
+    )
+    assert code == 0
+    settings = {s["name"]: s for s in report["settings"]}
+    assert settings["health-probe-seconds"] == {
+        "name": "health-probe-seconds",
+        "flag": None,
+        "env": ["KUBEGPU_HEALTH_PROBE_SECONDS"],
+        "value": "2.5",
+        "source": "env",
+        "origin": "KUBEGPU_HEALTH_PROBE_SECONDS",
+        "owner": "kubegpu",
+    }
+    assert (settings["http-port"]["value"], settings["http-port"]["source"]) == ("8080", "flag")
+    assert (settings["cdi-root"]["value"], settings["cdi-root"]["source"]) == ("/var/run/cdi", "default")
+    assert (settings["config-file"]["value"], settings["config-file"]["source"]) == (str(config), "flag")
+    assert "mig-strategy" not in settings  # in the config file: its merged value is the config's
+    assert {"discovery-retry-seconds", "mps-retry-seconds", "disable-healthchecks", "fake-nvml"} <= set(
+        settings
+    )
+
+
+def test_human_output_lists_the_settings(config: Path) -> None:
+    import os
+
+    out = subprocess.run(
+        [sys.executable, "-m", "kubegpu", "config", "check", str(config), "--profile", "t4-pcie"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBEGPU_DISCOVERY_RETRY_SECONDS": "12", "COLUMNS": "200"},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "settings outside the config file" in out.stdout
+    row = next(line for line in out.stdout.splitlines() if "KUBEGPU_DISCOVERY_RETRY_SECONDS" in line)
+    assert row.split() == ["│", "KUBEGPU_DISCOVERY_RETRY_SECONDS", "│", "12", "│", "env", "│"]
+    row = next(line for line in out.stdout.splitlines() if "KUBEGPU_HEALTH_PROBE_SECONDS" in line)
+    assert row.split() == ["│", "KUBEGPU_HEALTH_PROBE_SECONDS", "│", "5", "│", "default", "│"]
+
+
+def test_a_bad_setting_is_an_error_as_it_would_be_at_the_daemons_start(config: Path) -> None:
+    code, report = run(
+        str(config), "--profile", "t4-pcie", env={"KUBEGPU_HEALTH_PROBE_SECONDS": "nan", "SIGNAL": "x"}
+    )
+    assert code == 1 and report["resources"] == {} and report["settings"] == []
+    assert report["errors"] == [
+        "KUBEGPU_HEALTH_PROBE_SECONDS='nan' is not a valid number of seconds: use a finite number greater "
+        "than 0, e.g. 5 (the default)"
+    ]  # SIGNAL is the config-manager's, not the plugin's

@@ -10,11 +10,12 @@ from kubegpu.demo.simnode import SimulatedNode
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import Inventory
 from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.settings.env import NvmlSelection
 
 
 def profile_inventory(profile: str) -> Inventory:
     """What the plugin should find: the real discovery code on the same fake profile, in this process."""
-    backend = load_nvml({"KUBEGPU_FAKE_NVML": profile})
+    backend = load_nvml(NvmlSelection.fake(profile))
     with nvml_session(backend.nvml):
         return discover(backend)
 

@@ -281,6 +281,53 @@ async def test_bad_health_settings_fail_at_start() -> None:
         assert "KUBEGPU_RECOVERY_QUIET_SECONDS='later' is not a valid number of seconds" in node.plugin_log()
 
 
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        (
+            # once killed the rediscovery task: the daemon stayed up serving nothing, for ever
+            {"KUBEGPU_DISCOVERY_RETRY_SECONDS": "abc"},
+            "KUBEGPU_DISCOVERY_RETRY_SECONDS='abc' is not a valid number of seconds: use a finite number "
+            "greater than 0, e.g. 30 (the default)",
+        ),
+        (
+            # once killed the health thread (OverflowError): XIDs were never acted on again
+            {"KUBEGPU_HEALTH_PROBE_SECONDS": "inf"},
+            "KUBEGPU_HEALTH_PROBE_SECONDS='inf' is not a valid number of seconds: use a finite number "
+            "greater than 0, e.g. 5 (the default)",
+        ),
+        (
+            {"KUBEGPU_MPS_RETRY_SECONDS": "0"},  # once a busy loop
+            "KUBEGPU_MPS_RETRY_SECONDS='0' is not a valid number of seconds: use a finite number "
+            "greater than 0, e.g. 30 (the default)",
+        ),
+    ],
+)
+async def test_a_bad_setting_stops_the_start_with_one_line_naming_it(env: dict[str, str], error: str) -> None:
+    async with SimulatedNode("dgx-a100", env=env) as node:
+        node.start_plugin("--fail-on-init-error=false")
+        assert await node.wait_plugin_exit() == 1
+        log = node.plugin_log()
+        (line,) = log.splitlines()  # nothing else: no traceback, no half-started daemon
+        assert line.endswith(f" ERROR kubegpu: {error}")
+        assert node.plugin_sockets() == [] and not node.sim.registered(GPU_RESOURCE)
+
+
+async def test_the_start_up_log_shows_each_setting_and_its_source() -> None:
+    env = {"KUBEGPU_HEALTH_PROBE_SECONDS": "2", "KUBEGPU_HTTP_PORT": "1"}
+    async with SimulatedNode("dgx-a100", env=env) as node:
+        node.start_plugin("--http-port", "0")
+        await node.wait_allocatable(8)
+        log = node.plugin_log()
+        block = log.split("Running with settings:\n")[1]
+        lines = block.splitlines()
+        assert "  env      KUBEGPU_HEALTH_PROBE_SECONDS=2" in lines
+        assert "  flag     KUBEGPU_HTTP_PORT=0 (--http-port)" in lines
+        assert f"  flag     KUBELET_SOCKET={node.kubelet_socket} (--kubelet-socket)" in lines
+        assert "  default  KUBEGPU_DISCOVERY_RETRY_SECONDS=30" in lines
+        assert "  env      KUBEGPU_FAKE_NVML=dgx-a100" in lines
+
+
 async def test_config_file_change_reloads_without_a_signal(node: SimulatedNode) -> None:
     available = node.root / "configs"
     available.mkdir()

@@ -245,9 +245,9 @@ EVERYTHING = {
 
 
 def test_every_env_var_of_the_plugin_means_something_to_it() -> None:
-    from kubegpu.settings.flags import FLAGS
+    from kubegpu.settings.flags import PLUGIN_SETTINGS
 
-    known = {e for spec in FLAGS for e in spec.envvars}
+    known = {e for spec in PLUGIN_SETTINGS for e in spec.envvars}
     # Read by the NVIDIA container runtime, not the plugin.
     known |= {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_MONITOR_DEVICES"}
     used = set(env(plugin(render(EVERYTHING, set_files=CONFIG_FILES))))

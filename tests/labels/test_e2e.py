@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubegpu.cli.main import main
-from kubegpu.node.nvml.backend import FAKE_ENV
+from kubegpu.settings.table import FAKE_NVML_ENV as FAKE_ENV
 
 
 def command() -> list[str]:

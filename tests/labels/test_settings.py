@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.labels.settings import (
-    DEFAULT_MACHINE_TYPE_FILE,
-    DEFAULT_OUTPUT_FILE,
-    LabelSettings,
-    given_flags,
-    resolve_settings,
-)
+from kubegpu.labels.settings import LabelSettings, given_flags, resolve_settings
+from kubegpu.settings.choices import DEFAULT_GFD_OUTPUT_FILE as DEFAULT_OUTPUT_FILE
+from kubegpu.settings.choices import DEFAULT_MACHINE_TYPE_FILE
 from kubegpu.settings.goduration import INFINITE
 from kubegpu.settings.nvidia_config import ConfigError
 

@@ -28,7 +28,8 @@ from kubegpu.mps.shm import FALLBACK_SIZE, is_mount_point, mount_command, mount_
 from kubegpu.node.mps_control import mps_daemon_alive
 from kubegpu.node.mps_paths import CONTAINER_ROOT, MpsRoot
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
-from kubegpu.settings.flags import FlagValue
+from kubegpu.settings.env import NvmlSelection
+from kubegpu.settings.given import FlagValue
 from kubegpu.settings.plugin import PluginSettings, resolve
 
 MIB = 1024 * 1024
@@ -148,7 +149,7 @@ def settings_for(tmp_path: Path, config: str) -> PluginSettings:
 
 
 def fake(profile: str) -> NvmlBackend:
-    return load_nvml({"KUBEGPU_FAKE_NVML": profile})
+    return load_nvml(NvmlSelection.fake(profile))
 
 
 # --- planning --------------------------------------------------------------------------------------

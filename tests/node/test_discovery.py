@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 from kubegpu.node.discovery import discover, explain_nvml_error, numa_node, nvml_session
 from kubegpu.node.discovery_mig import mig_memory_gb
 from kubegpu.node.inventory import Inventory, LinkLevel
-from kubegpu.node.nvml.backend import FAKE_ENV, NvmlBackend, load_nvml
+from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.node.nvml.fake_profile import parse_profile
 from kubegpu.node.nvml.pci import device_handle_id, sysfs_bus_id
+from kubegpu.settings.env import NvmlSelection
 
 GIB = 1024**3
 MIB = 1024**2
@@ -30,7 +31,7 @@ DGX1_NVLINKS = {
 
 
 def discovered(profile: str) -> Inventory:
-    backend = load_nvml({FAKE_ENV: profile})
+    backend = load_nvml(NvmlSelection.fake(profile))
     with nvml_session(backend):
         return discover(backend)
 
@@ -341,7 +342,7 @@ def test_discover_accepts_backend_or_bare_api() -> None:
     [("no-driver", "NVMLError_DriverNotLoaded"), ("no-library", "NVMLError_LibraryNotFound")],
 )
 def test_init_failure_propagates_from_the_session(profile: str, error: str) -> None:
-    backend = load_nvml({FAKE_ENV: profile})
+    backend = load_nvml(NvmlSelection.fake(profile))
     with pytest.raises(getattr(pynvml, error)), nvml_session(backend):
         pytest.fail("the session must not start")
 

@@ -17,12 +17,16 @@ import pynvml
 import pytest
 from click.testing import CliRunner
 
-from kubegpu.node.nvml.backend import FAKE_ENV, SYSFS_ENV, load_nvml
+from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.node.nvml.fake_cli import fake_nvml
 from kubegpu.node.nvml.fake_profile import ProfileError, load_profile, parse_profile, profile_names
 from kubegpu.node.nvml.fake_state import STATE_ENV, StateDir
 from kubegpu.node.nvml.pci import device_handle_id
+from kubegpu.settings.env import NvmlSelection
+from kubegpu.settings.given import read_given
+from kubegpu.settings.setting import PLUGIN
+from kubegpu.settings.table import for_command
 
 SHORT_MS = 30  # for waits that must time out: nothing is coming
 
@@ -533,21 +537,25 @@ def test_unknown_profile_name_lists_the_known_ones() -> None:
 
 
 def test_load_nvml_real(tmp_path: Path) -> None:
-    backend = load_nvml({})
+    backend = load_nvml()
     assert backend.nvml is pynvml and not backend.is_fake
     assert backend.sysfs_root == Path("/sys")
     assert "nvidia-ml-py" in backend.description
-    assert load_nvml({SYSFS_ENV: str(tmp_path)}).sysfs_root == tmp_path
+    selection = NvmlSelection.from_given(
+        read_given(for_command(PLUGIN), {}, {"KUBEGPU_SYSFS_ROOT": str(tmp_path)})
+    )
+    assert load_nvml(selection).sysfs_root == tmp_path
 
 
 def test_load_nvml_fake(state_dir: Path) -> None:
-    backend = load_nvml({FAKE_ENV: "hgx-h100", STATE_ENV: str(state_dir)})
+    env = {"KUBEGPU_FAKE_NVML": "hgx-h100", "KUBEGPU_FAKE_NVML_STATE": str(state_dir)}
+    backend = load_nvml(NvmlSelection.from_given(read_given(for_command(PLUGIN), {}, env)))
     assert backend.is_fake and isinstance(backend.nvml, FakeNvml)
     assert backend.sysfs_root == state_dir / "sysfs"
     assert "hgx-h100" in backend.description and "8x NVIDIA H100 80GB HBM3" in backend.description
     assert json.loads((state_dir / "meta.json").read_text())["profile"] == "hgx-h100"
     with pytest.raises(ProfileError):
-        load_nvml({FAKE_ENV: "no-such-profile"})
+        load_nvml(NvmlSelection.fake("no-such-profile"))
 
 
 def test_real_pynvml_without_the_library_raises_library_not_found() -> None:
@@ -558,7 +566,7 @@ def test_real_pynvml_without_the_library_raises_library_not_found() -> None:
     else:
         pytest.skip("libnvidia-ml.so.1 is present on this machine")
     with pytest.raises(pynvml.NVMLError_LibraryNotFound):
-        load_nvml({}).nvml.nvmlInit()
+        load_nvml().nvml.nvmlInit()
 
 
 def test_flaky_gpu_fails_some_calls_until_recovered(state_dir: Path) -> None:

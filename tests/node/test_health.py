@@ -12,10 +12,11 @@ import pynvml
 import pytest
 
 from kubegpu.node.discovery import discover
-from kubegpu.node.health import HealthEvent, HealthMonitor, HealthSettings, HealthSettingsError
+from kubegpu.node.health import HealthEvent, HealthMonitor, HealthSettings
 from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.node.nvml.fake_state import StateDir
-from kubegpu.node.xids import XidAction, XidCatalogError, classifier_from_env
+from kubegpu.node.xids import XidAction, XidCatalogError, xid_classifier
+from kubegpu.settings.env import DaemonEnv
 
 QUIET = 0.3
 PROBE = 0.05
@@ -31,7 +32,7 @@ class Watch:
         self.uuids = [g.uuid for g in self.inventory.gpus]
         self.state = StateDir(state)
         self.events: queue.Queue[HealthEvent] = queue.Queue()
-        base = HealthSettings.from_env(env or {})
+        base = HealthSettings.from_settings(DaemonEnv.from_environ(env or {}))
         options = {"quiet_period_s": QUIET, "probe_interval_s": PROBE, "wait_ms": 20, **settings}
         self.settings = HealthSettings(classifier=base.classifier, recovery=base.recovery, **options)  # type: ignore[arg-type]
         self.monitor = HealthMonitor(self.nvml, self.inventory, self.settings, self._emit)
@@ -152,17 +153,19 @@ def test_faults_carry_over_to_a_new_monitor(tmp_path: Path, watch: Watch) -> Non
     assert again.faults[watch.uuids[3]].action is XidAction.REBOOT_NODE
 
 
-def test_settings_errors_name_the_variable() -> None:
-    with pytest.raises(HealthSettingsError, match="KUBEGPU_RECOVERY_QUIET_SECONDS='soon'"):
-        HealthSettings.from_env({"KUBEGPU_RECOVERY_QUIET_SECONDS": "soon"})
-    with pytest.raises(HealthSettingsError, match="KUBEGPU_HEALTH_PROBE_SECONDS"):
-        HealthSettings.from_env({"KUBEGPU_HEALTH_PROBE_SECONDS": "0"})
-    with pytest.raises(HealthSettingsError, match="use true or false"):
-        HealthSettings.from_env({"KUBEGPU_HEALTH_RECOVERY": "maybe"})
-    settings = HealthSettings.from_env(
-        {"KUBEGPU_RECOVERY_QUIET_SECONDS": "5", "KUBEGPU_HEALTH_RECOVERY": "0"}
+def test_settings_come_from_the_validated_env() -> None:
+    settings = HealthSettings.from_settings(
+        DaemonEnv.from_environ(
+            {
+                "KUBEGPU_RECOVERY_QUIET_SECONDS": "5",
+                "KUBEGPU_HEALTH_RECOVERY": "0",
+                "KUBEGPU_HEALTH_PROBE_SECONDS": "0.5",
+            }
+        )
     )
-    assert settings.quiet_period_s == 5 and not settings.recovery
+    assert settings.quiet_period_s == 5 and not settings.recovery and settings.probe_interval_s == 0.5
+    defaults = HealthSettings.from_settings(DaemonEnv.default())
+    assert (defaults.quiet_period_s, defaults.recovery, defaults.probe_interval_s) == (60, True, 5)
 
 
 def test_user_catalog_overrides_and_bad_catalog_is_explained(tmp_path: Path) -> None:
@@ -170,14 +173,14 @@ def test_user_catalog_overrides_and_bad_catalog_is_explained(tmp_path: Path) -> 
     good.write_text(
         "xids:\n  48: {action: reboot_node, meaning: treat DBE as fatal here}\n  300: {action: ignore}\n"
     )
-    classifier = classifier_from_env({"KUBEGPU_XID_ACTIONS": str(good)})
+    classifier = xid_classifier(DaemonEnv.from_environ({"KUBEGPU_XID_ACTIONS": str(good)}))
     assert classifier.action(48) is XidAction.REBOOT_NODE
     assert classifier.action(300) is XidAction.IGNORE
     assert classifier.action(79) is XidAction.RESET_GPU  # built-in entries stay
     bad = tmp_path / "bad.yaml"
     bad.write_text("xids:\n  48: {action: explode}\n")
     with pytest.raises(XidCatalogError, match="KUBEGPU_XID_ACTIONS"):
-        classifier_from_env({"KUBEGPU_XID_ACTIONS": str(bad)})
+        xid_classifier(DaemonEnv.from_environ({"KUBEGPU_XID_ACTIONS": str(bad)}))
 
 
 class _RecordingStop(threading.Event):

@@ -3,7 +3,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.node.xids import DEFAULT_IGNORED_XIDS, describe_xid, policy_from_env
+from kubegpu.node.xids import DEFAULT_IGNORED_XIDS, XidPolicy, describe_xid, xid_policy
+from kubegpu.settings.env import DaemonEnv
+
+
+def policy_from_env(env: dict[str, str]) -> XidPolicy:
+    """The policy the daemon builds from these env vars (read and typed by the settings package)."""
+    settings = DaemonEnv.from_environ(env)
+    return xid_policy(settings.disable_healthchecks, settings.enable_healthchecks)
 
 
 def _ignored(env: dict[str, str], xid: int) -> bool:

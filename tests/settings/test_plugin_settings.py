@@ -7,7 +7,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubegpu.settings.flags import FLAGS, FlagValue, merge_flags
+from kubegpu.settings.flags import PLUGIN_SETTINGS, merge_flags
+from kubegpu.settings.given import FlagValue
 from kubegpu.settings.goparse import parse_bool
 from kubegpu.settings.nvidia_config import ConfigError, parse_config_text
 from kubegpu.settings.plugin import resolve
@@ -15,7 +16,9 @@ from kubegpu.settings.plugin import resolve
 
 def defaults(**explicit: object) -> dict[str, FlagValue]:
     """Every flag at its default, except those given, which count as set on the command line/env."""
-    out = {s.name: FlagValue(list(s.default) if s.kind == "list" else s.default, False) for s in FLAGS}
+    out = {
+        s.name: FlagValue(list(s.default) if s.kind == "list" else s.default, False) for s in PLUGIN_SETTINGS
+    }
     for name, value in explicit.items():
         out[name.replace("_", "-")] = FlagValue(value, True)
     return out

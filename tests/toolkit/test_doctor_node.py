@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.settings.env import NvmlSelection
 from kubegpu.toolkit.cli import doctor
 from kubegpu.toolkit.doctor_node import doctor_node
 from kubegpu.toolkit.findings import Finding
@@ -84,7 +85,7 @@ def problems(findings: list[Finding]) -> dict[str, list[Finding]]:
     return out
 
 
-T4 = load_nvml({"KUBEGPU_FAKE_NVML": "t4-pcie"})
+T4 = load_nvml(NvmlSelection.fake("t4-pcie"))
 
 
 def test_healthy_node_is_all_ok(host: Path) -> None:
@@ -100,7 +101,7 @@ def test_healthy_node_is_all_ok(host: Path) -> None:
     ("profile", "words"), [("no-driver", "modprobe nvidia"), ("no-library", "libnvidia-ml")]
 )
 def test_nvml_failures_are_explained(host: Path, profile: str, words: str) -> None:
-    found = problems(doctor_node(host, nvml=load_nvml({"KUBEGPU_FAKE_NVML": profile}), env={}))
+    found = problems(doctor_node(host, nvml=load_nvml(NvmlSelection.fake(profile)), env={}))
     (nvml,) = found["nvml"]
     assert nvml.status == "fail" and nvml.fault == 2 and words in nvml.fix
 

@@ -10,7 +10,8 @@ looks them up in the spec files we write here, as NVIDIA's plugin does:
   <cdi root>/k8s.device-plugin.nvidia.com-<mode>.json        gdrcopy / gds / mofed when enabled and their
                                                               device nodes exist (an empty one is skipped)
 
-The CDI root is /var/run/cdi, or `KUBEGPU_CDI_ROOT` (for tests and unusual runtimes). Files are written
+The CDI root is /var/run/cdi, or `KUBEGPU_CDI_ROOT` (for tests and unusual runtimes; the daemon gets it typed
+from `kubegpu.settings.env.DaemonEnv`). Files are written
 atomically (temporary file, fsync, rename) and only when their content changes, rewritten when the
 inventory changes (discovery, reload), and removed on shutdown. The gpu spec's common edits give every
 container the control device nodes, the driver's user-space libraries, binaries and firmware found under
@@ -28,7 +29,6 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kubegpu.allocation.resources import gpu_device, mig_device
@@ -55,8 +55,6 @@ IMEX_CLASS = "imex-channel"
 # 0.5.0 is the first version with deviceNodes[].hostPath, which we need for a driver root other than /.
 CDI_VERSION = "0.5.0"
 CDI_ANNOTATION_PLUGIN = "nvidia-device-plugin"
-CDI_ROOT_ENV = "KUBEGPU_CDI_ROOT"
-DEFAULT_CDI_ROOT = "/var/run/cdi"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
 # Tells the NVIDIA runtime hook that CDI already injected the devices, so it adds nothing on top.
 VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
@@ -70,10 +68,6 @@ def qualified_name(device_class: str, name: str) -> str:
 
 def spec_file_name(device_class: str) -> str:
     return f"{VENDOR}-{device_class}.json"
-
-
-def cdi_root(environ: Mapping[str, str] = os.environ) -> Path:
-    return Path(environ.get(CDI_ROOT_ENV) or DEFAULT_CDI_ROOT)
 
 
 @dataclass(frozen=True, slots=True)

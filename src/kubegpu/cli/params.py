@@ -1,68 +1,63 @@
-"""Click parameter types shared by kubegpu's commands."""
+"""Click options built from the settings table, and the values the commands get from them.
+
+Click only collects what was typed on the command line (every option defaults to None); the settings
+package reads the env vars, applies the defaults and validates everything in one go (`read_given`), so
+every command reports a bad flag or env var the same way: one line naming it, the value and the fix.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
-from kubegpu.settings.flags import FLAGS, FlagSpec, FlagValue
-from kubegpu.settings.goparse import parse_bool, parse_list
+from kubegpu.settings.given import FlagValue, read_given
+from kubegpu.settings.setting import Setting
+from kubegpu.settings.table import for_command
+from kubegpu.settings.values import help_text
 
-
-class GoBool(click.ParamType):
-    """Booleans spelled the way NVIDIA's flags and env vars accept them (Go's strconv.ParseBool):
-    `--oneshot`, `--oneshot=false`, `ONESHOT=true`."""
-
-    name = "boolean"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
-        if isinstance(value, bool):
-            return value
-        try:
-            return parse_bool(str(value))
-        except ValueError as err:
-            self.fail(str(err), param, ctx)
+_METAVARS = {
+    "bool": "BOOLEAN",
+    "int": "INTEGER",
+    "seconds": "SECONDS",
+    "duration": "DURATION",
+    "path": "PATH",
+}
 
 
-def flag_option(spec: FlagSpec) -> Any:
-    names = [f"--{spec.name}", *(f"--{a}" for a in spec.aliases)]
+def setting_option(setting: Setting) -> Callable[[Any], Any]:
+    names = [setting.option, *setting.aliases]
     common: dict[str, Any] = {
-        "envvar": list(spec.envvars),
-        "show_envvar": True,
-        "help": spec.help,
-        "show_default": True,
+        "default": None,
+        "help": help_text(setting),
+        "hidden": setting.hidden,
+        "metavar": _METAVARS.get(setting.kind, "TEXT"),
     }
-    if spec.kind == "bool":
-        # `--pass-device-specs` alone means true, `--fail-on-init-error=false` works as with NVIDIA's flags.
-        return click.option(
-            *names, type=GoBool(), is_flag=False, flag_value=True, default=spec.default, **common
-        )
-    if spec.kind == "list":
-        return click.option(*names, default=",".join(spec.default), **common)
-    if spec.kind in ("int", "float"):
-        kind = click.IntRange(min=0, max=65535) if spec.kind == "int" else click.FloatRange(min=0)
-        return click.option(*names, type=kind, default=spec.default, **common)
-    return click.option(*names, default=spec.default, **common)
+    if setting.kind == "bool":
+        # `--pass-device-specs` alone means true; `--fail-on-init-error=false` works, as with NVIDIA's flags.
+        return click.option(*names, setting.key, is_flag=False, flag_value="true", **common)
+    if setting.repeatable:
+        return click.option(*names, setting.key, multiple=True, **common)
+    return click.option(*names, setting.key, **common)
 
 
-def flag_values(ctx: click.Context, params: dict[str, Any]) -> dict[str, FlagValue]:
-    out = {}
-    for spec in FLAGS:
-        key = spec.name.replace("-", "_")
-        value = params[key]
-        if spec.kind == "list":
-            value = parse_list(value)
-        source = ctx.get_parameter_source(key)
-        out[spec.name] = FlagValue(
-            value, source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-        )
-    return out
+def setting_options(command: str) -> Callable[[Any], Any]:
+    """Add the flags of `kubegpu <command>` to a click command, in the table's order."""
+
+    def decorate(func: Any) -> Any:
+        for setting in reversed(for_command(command)):
+            if setting.flag:
+                func = setting_option(setting)(func)
+        return func
+
+    return decorate
 
 
-def plugin_flag_options(func: Any) -> Any:
-    """Add every NVIDIA plugin flag (with its env var) to a command."""
-    for spec in reversed(FLAGS):
-        func = flag_option(spec)(func)
-    return func
+def given_values(params: Mapping[str, Any], command: str) -> dict[str, FlagValue]:
+    """Every setting of `kubegpu <command>`: click's `params`, else the environment, else the default.
+
+    Validated; raises SettingError (a ConfigError) naming every bad value, one line each.
+    """
+    settings = for_command(command)
+    return read_given(settings, {s.name: params.get(s.key) for s in settings if s.flag})

@@ -1,8 +1,9 @@
 """`kubegpu config check FILE`: what a node would advertise with this config, before it is rolled out.
 
-It runs the daemon's own code path (config precedence and validation, discovery, `build_resources`) on a
-fake node profile or on this node's NVML, and prints the resources and the device IDs the kubelet would
-see, every warning, and every error with its field path.
+It runs the daemon's own code path (flags and env vars validated as at start, config precedence and
+validation, discovery, `build_resources`) on a fake node profile or on this node's NVML, and prints the
+resources and the device IDs the kubelet would see, every warning, every error with its field path, and the
+settings outside the config file with where each came from (as the daemon's start-up log shows them).
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from rich.table import Table
 from kubegpu.allocation.from_settings import resource_options
 from kubegpu.allocation.resources import ResourceError, build_resources
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
-from kubegpu.node.nvml.backend import FAKE_ENV, load_nvml
-from kubegpu.settings.flags import FlagValue
+from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.settings.env import NvmlSelection
+from kubegpu.settings.given import FlagValue
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import resolve
+from kubegpu.settings.report import Effective
+from kubegpu.settings.setting import CONFIG_CHECK
 
 
 @dataclass
@@ -33,6 +37,7 @@ class CheckReport:
     sharing: dict[str, str] = field(default_factory=dict)  # resource -> none / time-slicing / mps
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    settings: tuple[Effective, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,21 +47,22 @@ class CheckReport:
             "sharing": self.sharing,
             "warnings": self.warnings,
             "errors": self.errors,
+            "settings": [e.to_json() for e in self.settings],
         }
 
 
 def check(flags: dict[str, FlagValue], profile: str | None) -> CheckReport:
     config_file = str(flags["config-file"].value)
-    env = {FAKE_ENV: profile} if profile else None
-    report = CheckReport(config_file=config_file, node=profile or "this node (real NVML)")
+    report = CheckReport(config_file=config_file, node=_node(profile))
     try:
         settings = resolve(flags)
     except ConfigError as err:
         report.errors.extend(err.problems)
         return report
+    report.settings = settings.effective
     report.warnings.extend(settings.warnings)
     try:
-        backend = load_nvml(env)
+        backend = load_nvml(NvmlSelection.fake(profile) if profile else settings.env.nvml)
     except ValueError as err:  # an unknown or broken profile
         report.errors.append(str(err))
         return report
@@ -78,6 +84,10 @@ def check(flags: dict[str, FlagValue], profile: str | None) -> CheckReport:
     return report
 
 
+def _node(profile: str | None) -> str:
+    return profile or "this node (real NVML)"
+
+
 def render(report: CheckReport, console: Console) -> None:
     console.print(f"config {report.config_file or '(none: defaults)'} on {report.node}")
     if report.resources:
@@ -86,6 +96,12 @@ def render(report: CheckReport, console: Console) -> None:
             shown = ", ".join(ids[:4]) + (f", ... ({len(ids) - 4} more)" if len(ids) > 4 else "")
             table.add_row(name, str(len(ids)), report.sharing[name], shown)
         console.print(table)
+    if report.settings:
+        settings = Table("setting", "value", "source", title="settings outside the config file")
+        settings.columns[1].overflow = "fold"
+        for entry in report.settings:
+            settings.add_row(entry.setting.label, entry.text or '""', f"{entry.source} {entry.via}".strip())
+        console.print(settings)
     for warning in report.warnings:
         console.print(f"[yellow]warning[/yellow]: {warning}", highlight=False)
     for error in report.errors:
@@ -94,10 +110,10 @@ def render(report: CheckReport, console: Console) -> None:
         console.print("[green]OK[/green]: the plugin would start with this config")
 
 
-def _plugin_flag_options(func: Any) -> Any:
-    from kubegpu.cli.params import plugin_flag_options
+def _setting_options(func: Any) -> Any:
+    from kubegpu.cli.params import setting_options
 
-    return plugin_flag_options(func)
+    return setting_options(CONFIG_CHECK)(func)
 
 
 @click.group("config")
@@ -110,19 +126,22 @@ def config_group() -> None:
 @click.option("--profile", help="Fake node profile to check against (see `kubegpu fake-nvml profiles`); "
               "without it, this node's NVML is used.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: resources, warnings, errors.")
-@_plugin_flag_options
-@click.pass_context
-def check_cmd(ctx: click.Context, file: str, profile: str | None, as_json: bool, **params: Any) -> None:
+@_setting_options
+def check_cmd(file: str, profile: str | None, as_json: bool, **params: Any) -> None:
     """Validate FILE and show the resources and device IDs a node would advertise with it.
 
     Flags and env vars apply with the daemon's precedence, so `MIG_STRATEGY=mixed kubegpu config check
     FILE --profile a100-mig` shows what the daemon would do there. Exit code 1 when there are errors.
     """
-    from kubegpu.cli.params import flag_values
+    from kubegpu.cli.params import given_values
 
-    flags = flag_values(ctx, params)
-    flags["config-file"] = FlagValue(file, True)
-    report = check(flags, profile)
+    try:
+        flags = given_values(params, CONFIG_CHECK)  # a bad flag or env var: the daemon would not start
+    except ConfigError as err:
+        report = CheckReport(config_file=file, node=_node(profile), errors=list(err.problems))
+    else:
+        flags["config-file"] = FlagValue(file, True, "--config-file")  # FILE takes the flag's place
+        report = check(flags, profile)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -3,107 +3,26 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from typing import Any
 
 import click
 
 from kubegpu.cli.logs import setup_logging
-from kubegpu.cli.params import GoBool
+from kubegpu.cli.params import given_values, setting_options
 from kubegpu.configmanager.errors import ConfigManagerError
 from kubegpu.configmanager.manager import Settings, run
-from kubegpu.configmanager.procsignal import DEFAULT_PROCESS_TO_SIGNAL
-from kubegpu.configmanager.selection import DEFAULT_NODE_LABEL, go_list, unknown_fallbacks
-from kubegpu.settings.goparse import parse_list
+from kubegpu.configmanager.selection import go_list, unknown_fallbacks
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.setting import CONFIG_MANAGER
 
 log = logging.getLogger("kubegpu.configmanager")
 
 
-def _bool_option(name: str, envvar: str, default: bool, help: str) -> Any:
-    return click.option(
-        name,
-        type=GoBool(),
-        is_flag=False,
-        flag_value=True,
-        default=default,
-        envvar=envvar,
-        show_envvar=True,
-        show_default=True,
-        help=help,
-    )
-
-
-def _option(name: str, envvar: str, help: str, default: str = "") -> Any:
-    return click.option(
-        name, default=default, envvar=envvar, show_envvar=True, show_default=bool(default), help=help
-    )
-
-
 @click.command("config-manager", context_settings={"max_content_width": 110})
-@_bool_option("--oneshot", "ONESHOT", False, "check and update the config only once and then exit")
-@_option("--kubeconfig", "KUBECONFIG", "absolute path to the kubeconfig file (empty: the in-cluster config)")
-@_option("--node-name", "NODE_NAME", "the name of the node to watch for label changes on (required)")
-@_option(
-    "--node-label",
-    "NODE_LABEL",
-    "the name of the node label to use for selecting a config",
-    default=DEFAULT_NODE_LABEL,
-)
-@_option(
-    "--config-file-srcdir",
-    "CONFIG_FILE_SRCDIR",
-    "the path to the directory containing available device configuration files (required)",
-)
-@_option(
-    "--config-file-dst", "CONFIG_FILE_DST", "the path to destination device configuration file (required)"
-)
-@_option("--default-config", "DEFAULT_CONFIG", "the default config to use if no label is set")
-@click.option(
-    "--fallback-strategies",
-    multiple=True,
-    envvar="FALLBACK_STRATEGIES",
-    show_envvar=True,
-    help="ordered list of fallback strategies to use to set a default config when none is provided: "
-    "named (a file called `default`), single (the only file), empty (/dev/null: all defaults); "
-    "comma-separated or repeated",
-)
-@_bool_option(
-    "--send-signal", "SEND_SIGNAL", True, "send a signal to <process-to-signal> once a config change is made"
-)
-@click.option(
-    "--signal",
-    "signal_number",
-    type=int,
-    default=int(signal.SIGHUP),
-    envvar="SIGNAL",
-    show_envvar=True,
-    show_default=True,
-    help="the signal to send to <process-to-signal> if <send-signal> is set (1 = SIGHUP)",
-)
-@_option(
-    "--process-to-signal",
-    "PROCESS_TO_SIGNAL",
-    "the name of the process to signal if <send-signal> is set, matched against argv[0] (or its base "
-    "name) of the processes in /proc; NVIDIA's `nvidia-device-plugin` works too when the plugin runs "
-    "under that name",
-    default=DEFAULT_PROCESS_TO_SIGNAL,
-)
+@setting_options(CONFIG_MANAGER)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def config_manager(
-    oneshot: bool,
-    kubeconfig: str,
-    node_name: str,
-    node_label: str,
-    config_file_srcdir: str,
-    config_file_dst: str,
-    default_config: str,
-    fallback_strategies: tuple[str, ...],
-    send_signal: bool,
-    signal_number: int,
-    process_to_signal: str,
-    verbose: bool,
-) -> None:
+def config_manager(verbose: bool, **params: Any) -> None:
     """Point the plugin's config file at the one this node's label selects, and signal the plugin.
 
     Watches this node's `nvidia.com/device-plugin.config` label. The label names a file in
@@ -114,17 +33,22 @@ def config_manager(
     as a sidecar (shareProcessNamespace: true) that signals the plugin.
     """
     setup_logging(verbose)
+    try:
+        given = {name: flag.value for name, flag in given_values(params, CONFIG_MANAGER).items()}
+    except ConfigError as err:
+        log.error("%s", err)
+        sys.exit(1)
     settings = Settings(
-        node_name=node_name,
-        config_file_srcdir=config_file_srcdir,
-        config_file_dst=config_file_dst,
-        node_label=node_label,
-        default_config=default_config,
-        fallback_strategies=tuple(parse_list(fallback_strategies)),
-        oneshot=oneshot,
-        send_signal=send_signal,
-        signal=signal_number,
-        process_to_signal=process_to_signal,
+        node_name=given["node-name"],
+        config_file_srcdir=given["config-file-srcdir"],
+        config_file_dst=given["config-file-dst"],
+        node_label=given["node-label"],
+        default_config=given["default-config"],
+        fallback_strategies=tuple(given["fallback-strategies"]),
+        oneshot=given["oneshot"],
+        send_signal=given["send-signal"],
+        signal=given["signal"],
+        process_to_signal=given["process-to-signal"],
     )
     try:
         settings.validate()
@@ -137,7 +61,7 @@ def config_manager(
         # Imported here: `kubernetes` takes a while to import, and --help or a flag error need not wait.
         from kubegpu.configmanager.watch import NodeLabelWatcher, connect
 
-        watcher = NodeLabelWatcher(connect(kubeconfig), node_name, node_label)
+        watcher = NodeLabelWatcher(connect(given["kubeconfig"]), settings.node_name, settings.node_label)
         run(settings, watcher.labels())
     except ConfigManagerError as err:
         log.error("%s", err)

@@ -12,14 +12,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from kubegpu.configmanager.errors import ConfigManagerError
-from kubegpu.configmanager.procsignal import DEFAULT_PROCESS_TO_SIGNAL, signal_name, signal_process
-from kubegpu.configmanager.selection import (
-    DEFAULT_NODE_LABEL,
-    EMPTY_CONFIG,
-    available_configs,
-    select_config,
-)
+from kubegpu.configmanager.procsignal import signal_name, signal_process
+from kubegpu.configmanager.selection import EMPTY_CONFIG, available_configs, select_config
 from kubegpu.configmanager.symlink import update_symlink
+from kubegpu.settings.choices import DEFAULT_NODE_LABEL, DEFAULT_PROCESS_TO_SIGNAL
 
 log = logging.getLogger("kubegpu.configmanager")
 

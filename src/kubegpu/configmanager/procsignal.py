@@ -27,10 +27,6 @@ from kubegpu.configmanager.errors import ConfigManagerError, go_errno, go_os_err
 
 log = logging.getLogger("kubegpu.configmanager")
 
-# Our default. NVIDIA's `nvidia-device-plugin` works as well when the plugin runs under that name
-# (e.g. a symlink `nvidia-device-plugin` → kubegpu, or an image that keeps NVIDIA's command).
-DEFAULT_PROCESS_TO_SIGNAL = "kubegpu"
-
 _PYTHON = re.compile(r"python[0-9.]*")
 # Interpreter options that take a separate value (`-W error`), so that value is not taken for the script.
 _OPTIONS_WITH_VALUE = frozenset({"-W", "-X", "--check-hash-based-pycs"})

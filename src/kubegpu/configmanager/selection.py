@@ -15,8 +15,6 @@ from kubegpu.configmanager.errors import ConfigManagerError, go_os_error
 
 log = logging.getLogger("kubegpu.configmanager")
 
-DEFAULT_NODE_LABEL = "nvidia.com/device-plugin.config"
-
 FALLBACK_NAMED = "named"
 FALLBACK_SINGLE = "single"
 FALLBACK_EMPTY = "empty"

@@ -27,6 +27,7 @@ from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import Inventory
 from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.node.nvml.fake_state import StateDir
+from kubegpu.settings.env import NvmlSelection
 
 XID_GPU = 5
 # Short enough to watch: in production the quiet period is 60 s (KUBEGPU_RECOVERY_QUIET_SECONDS).
@@ -96,7 +97,7 @@ def _link_text(inventory: Inventory, a_uuid: str, b_uuid: str) -> str:
 
 async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any]:
     say = Narrator(console, quiet)
-    backend = load_nvml({"KUBEGPU_FAKE_NVML": profile})
+    backend = load_nvml(NvmlSelection.fake(profile))
     with nvml_session(backend.nvml):
         inventory = discover(backend)
     results: dict[str, Any] = {"profile": profile, "gpus": len(inventory.gpus)}

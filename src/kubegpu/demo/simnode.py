@@ -21,8 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kubegpu.kubeletsim import KubeletSimulator, SimEvent
-from kubegpu.node.nvml.backend import FAKE_ENV
-from kubegpu.node.nvml.fake_state import STATE_ENV
+from kubegpu.settings.table import FAKE_NVML_ENV, FAKE_NVML_STATE_ENV
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -53,8 +52,8 @@ class SimulatedNode:
     def env(self) -> dict[str, str]:
         return {
             **os.environ,
-            FAKE_ENV: self.profile,
-            STATE_ENV: str(self.state_dir),
+            FAKE_NVML_ENV: self.profile,
+            FAKE_NVML_STATE_ENV: str(self.state_dir),
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
         }

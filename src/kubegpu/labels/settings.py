@@ -1,9 +1,10 @@
 """GFD's flags, env vars and config keys, and their precedence: CLI > env > config file > default.
 
-As with the plugin (`kubegpu.config.merge_flags`), a flag given on the command line or through one of its
-env vars overwrites the config file; otherwise the file's value stands, and the default fills only what
-the file left unset. Env vars follow urfave/cli, which GFD uses: the first of a flag's env vars that is set
-wins even when empty, an empty boolean env var means false, and an empty duration env var is ignored.
+The flags and env vars are declared in `kubegpu.settings.table` (command "labels"). As with the plugin
+(`kubegpu.settings.flags.merge_flags`), a flag given on the command line or through one of its env vars
+overwrites the config file; otherwise the file's value stands, and the default fills only what the file
+left unset. Env vars follow urfave/cli, which GFD uses: the first of a flag's env vars that is set wins even
+when empty, an empty boolean env var means false, and an empty duration env var is ignored.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from kubegpu.labels.sharing import SharingSettings, sharing_from_config
-from kubegpu.settings.choices import MIG_STRATEGIES
-from kubegpu.settings.flags import FlagValue
+from kubegpu.settings.choices import (
+    DEFAULT_GFD_OUTPUT_FILE,
+    DEFAULT_MACHINE_TYPE_FILE,
+    DEFAULT_SLEEP_INTERVAL,
+    MIG_STRATEGIES,
+)
+from kubegpu.settings.given import CliValue, FlagValue, read_given
 from kubegpu.settings.goduration import INFINITE, format_go_duration, parse_sleep_interval
-from kubegpu.settings.goparse import parse_bool
 from kubegpu.settings.nvidia_config import (
     Config,
     ConfigError,
@@ -25,123 +30,18 @@ from kubegpu.settings.nvidia_config import (
     apply_nvidia_restrictions,
     load_config_file,
 )
+from kubegpu.settings.setting import LABELS
+from kubegpu.settings.table import for_command
 
-DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
-DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
-DEFAULT_SLEEP_INTERVAL = 60 * 1_000_000_000
-
-FlagKind = Literal["str", "bool", "duration"]
+GFD_SETTINGS = for_command(LABELS)
 
 
-@dataclass(frozen=True, slots=True)
-class GfdFlag:
-    name: str  # CLI spelling without dashes
-    envvars: tuple[str, ...]
-    default: Any
-    kind: FlagKind
-    help: str
-    aliases: tuple[str, ...] = ()  # further CLI spellings, with their dashes
-
-
-GFD_FLAGS: tuple[GfdFlag, ...] = (
-    GfdFlag(
-        "mig-strategy",
-        ("GFD_MIG_STRATEGY", "MIG_STRATEGY"),
-        "none",
-        "str",
-        "How MIG devices are labelled: none, single or mixed.",
-    ),
-    GfdFlag(
-        "fail-on-init-error",
-        ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
-        True,
-        "bool",
-        "Exit when NVML cannot start (true), or label without GPU labels (false).",
-    ),
-    GfdFlag("oneshot", ("GFD_ONESHOT",), False, "bool", "Label once and exit (the file is kept)."),
-    GfdFlag("no-timestamp", ("GFD_NO_TIMESTAMP",), False, "bool", "Leave out nvidia.com/gfd.timestamp."),
-    GfdFlag(
-        "sleep-interval",
-        ("GFD_SLEEP_INTERVAL",),
-        DEFAULT_SLEEP_INTERVAL,
-        "duration",
-        "Time between labelling passes: a Go duration (60s, 1m30s) or infinite (label once, keep running).",
-    ),
-    GfdFlag(
-        "output-file",
-        ("GFD_OUTPUT_FILE",),
-        DEFAULT_OUTPUT_FILE,
-        "str",
-        'The NFD features.d file to write; "" or - prints the labels on stdout.',
-        ("--output", "-o"),
-    ),
-    GfdFlag(
-        "machine-type-file",
-        ("GFD_MACHINE_TYPE_FILE",),
-        DEFAULT_MACHINE_TYPE_FILE,
-        "str",
-        "File holding the node's DMI product name (for nvidia.com/gpu.machine).",
-    ),
-    GfdFlag(
-        "use-node-feature-api",
-        ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"),
-        False,
-        "bool",
-        "Publish through NFD's NodeFeature API (GFD's default since v0.19); not available in kubegpu yet.",
-    ),
-    # kubegpu's own (not GFD's), the plugin's opt-in under the same name and env var, so that the labels
-    # describe the resources the plugin serves
-    GfdFlag(
-        "allow-resource-customization",
-        ("KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION",),
-        False,
-        "bool",
-        "Honour an explicit `rename` of a shared resource, as the plugin does with this opt-in.",
-    ),
-    GfdFlag(
-        "config-file",
-        ("GFD_CONFIG_FILE", "CONFIG_FILE"),
-        "",
-        "str",
-        "An NVIDIA v1 config file (YAML or JSON); its flags.gfd and flags sections fill unset flags.",
-    ),
-)
-
-
-def _parse(flag: GfdFlag, text: str, source: str) -> Any:
-    try:
-        if flag.kind == "bool":
-            return parse_bool(text)
-        if flag.kind == "duration":
-            return parse_sleep_interval(text)
-    except ValueError as err:
-        kind = "bool" if flag.kind == "bool" else "duration"
-        raise ConfigError(
-            f"could not parse {text!r} as {kind} value from {source} for flag {flag.name}: {err}"
-        ) from err
-    return text
-
-
-def given_flags(cli: Mapping[str, str | None], environ: Mapping[str, str]) -> dict[str, FlagValue]:
-    """The flags given on the command line (`cli`: name -> raw text, None when absent) or by env var."""
-    out: dict[str, FlagValue] = {}
-    for flag in GFD_FLAGS:
-        raw = cli.get(flag.name)
-        if raw is not None:
-            out[flag.name] = FlagValue(_parse(flag, raw, "the command line"), explicit=True)
-            continue
-        env = next((e for e in flag.envvars if e in environ), None)
-        if env is None:
-            continue
-        text = environ[env]
-        if text == "" and flag.kind == "duration":
-            continue  # urfave/cli ignores an empty duration env var
-        if text == "" and flag.kind == "bool":
-            value: Any = False  # urfave/cli: a bool env var set to "" means false
-        else:
-            value = _parse(flag, text, f"environment variable {env!r}")
-        out[flag.name] = FlagValue(value, explicit=True)
-    return out
+def given_flags(
+    cli: Mapping[str, CliValue], environ: Mapping[str, str] | None = None
+) -> dict[str, FlagValue]:
+    """Every GFD setting: the command line (`cli`: name -> raw text, None when absent), else its env vars
+    (`environ`, the process's when None), else the default (not explicit). Raises SettingError."""
+    return read_given(GFD_SETTINGS, cli, environ)
 
 
 def _config_duration(raw: Any) -> int | None:
@@ -189,7 +89,7 @@ class LabelSettings:
     oneshot: bool = False
     no_timestamp: bool = False
     sleep_interval: int = DEFAULT_SLEEP_INTERVAL  # nanoseconds; INFINITE for "infinite"
-    output_file: str = DEFAULT_OUTPUT_FILE  # "" = stdout
+    output_file: str = DEFAULT_GFD_OUTPUT_FILE  # "" = stdout
     machine_type_file: str = DEFAULT_MACHINE_TYPE_FILE
     config_file: str = ""
     sharing: SharingSettings = field(default_factory=SharingSettings)
@@ -237,13 +137,14 @@ def resolve_settings(given: Mapping[str, FlagValue]) -> LabelSettings:
     config, warnings = load_config_file(config_file) if config_file else (Config(), [])
     in_file = _from_file(config)
     values: dict[str, Any] = {}
-    for flag in GFD_FLAGS:
-        if flag.name in given:
-            values[flag.name] = given[flag.name].value
-        elif in_file.get(flag.name) is not None:
-            values[flag.name] = in_file[flag.name]
+    for setting in GFD_SETTINGS:
+        flag = given.get(setting.name)
+        if flag is not None and flag.explicit:
+            values[setting.name] = flag.value
+        elif in_file.get(setting.name) is not None:
+            values[setting.name] = in_file[setting.name]
         else:
-            values[flag.name] = flag.default
+            values[setting.name] = setting.default
     warnings = warnings + apply_nvidia_restrictions(config, values["allow-resource-customization"])
     problems = []
     if values["mig-strategy"] not in MIG_STRATEGIES:

@@ -80,7 +80,7 @@ def discover_plans(settings: PluginSettings, backend: NvmlBackend | None = None)
     from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
 
     try:
-        backend = backend or load_nvml()
+        backend = backend or load_nvml(settings.env.nvml)
         with nvml_session(backend.nvml):
             inventory = discover(backend)
     except pynvml.NVMLError as err:

@@ -11,6 +11,7 @@ Beyond NVIDIA:
   the quiet period, recovery probes run every probe interval (handle and memory info readable, no pending
   page retirement or row remap) and the GPU is reported Healthy again when they pass. Recovery can be
   switched off (KUBEGPU_HEALTH_RECOVERY=false) for NVIDIA's sticky behaviour.
+The settings come typed from `kubegpu.settings.env.DaemonEnv`, validated when the daemon starts.
 Every transition is logged once, with the XID, its meaning and the action.
 """
 
@@ -26,24 +27,18 @@ from typing import Any
 from kubegpu.common.backoff import Backoff
 from kubegpu.node.inventory import Health, Inventory
 from kubegpu.node.nvml.pci import device_handle_id
-from kubegpu.node.xids import XidAction, XidClassifier, XidPolicy, classifier_from_env, load_catalog
+from kubegpu.node.xids import XidAction, XidClassifier, XidPolicy, load_catalog, xid_classifier
+from kubegpu.settings.env import DaemonEnv
 
 log = logging.getLogger(__name__)
 
 ALL_GPUS = None
-RECOVERY_ENV = "KUBEGPU_HEALTH_RECOVERY"
-QUIET_ENV = "KUBEGPU_RECOVERY_QUIET_SECONDS"
-PROBE_ENV = "KUBEGPU_HEALTH_PROBE_SECONDS"
 
 
 def event_wait_backoff() -> Backoff:
     """After a failed NVML event wait: 100 ms doubling to 5 s, so a persistently failing wait does not spin.
     No jitter: the thread retries a local call, with no peer to stampede."""
     return Backoff(initial=0.1, maximum=5.0)
-
-
-class HealthSettingsError(ValueError):
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,31 +50,13 @@ class HealthSettings:
     wait_ms: int = 500  # NVML event wait slice; bounds how long stop() takes
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> HealthSettings:
-        """Read the KUBEGPU_* health variables; a bad value is an error naming the variable and the fix."""
-
-        def number(name: str, default: float) -> float:
-            raw = env.get(name, "").strip()
-            if not raw:
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                value = -1.0
-            if value < 0 or (name == PROBE_ENV and value == 0):
-                raise HealthSettingsError(
-                    f"{name}={raw!r} is not a valid number of seconds; use e.g. {default:g}"
-                )
-            return value
-
-        recovery_raw = env.get(RECOVERY_ENV, "true").strip().lower()
-        if recovery_raw not in ("true", "false", "1", "0"):
-            raise HealthSettingsError(f"{RECOVERY_ENV}={recovery_raw!r}: use true or false")
+    def from_settings(cls, env: DaemonEnv) -> HealthSettings:
+        """The daemon's health settings. Raises XidCatalogError when KUBEGPU_XID_ACTIONS's file is bad."""
         return cls(
-            classifier=classifier_from_env(env),
-            recovery=recovery_raw in ("true", "1"),
-            quiet_period_s=number(QUIET_ENV, 60.0),
-            probe_interval_s=number(PROBE_ENV, 5.0),
+            classifier=xid_classifier(env),
+            recovery=env.health_recovery,
+            quiet_period_s=env.recovery_quiet_s,
+            probe_interval_s=env.health_probe_s,
         )
 
 

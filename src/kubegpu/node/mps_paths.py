@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-CONTAINER_ROOT = Path("/mps")
+from kubegpu.settings.choices import MPS_CONTAINER_ROOT
+
+CONTAINER_ROOT = Path(MPS_CONTAINER_ROOT)
 
 
 @dataclass(frozen=True, slots=True)

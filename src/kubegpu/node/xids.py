@@ -17,13 +17,14 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from kubegpu.settings.env import DaemonEnv
+from kubegpu.settings.table import DISABLE_HEALTHCHECKS_ENV, ENABLE_HEALTHCHECKS_ENV, XID_ACTIONS_ENV
+from kubegpu.settings.values import XidList
+
 log = logging.getLogger(__name__)
 
 # Application-level XIDs NVIDIA ignores by default: the fault is the workload's, not the GPU's.
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-DISABLE_ENV = "DP_DISABLE_HEALTHCHECKS"
-ENABLE_ENV = "DP_ENABLE_HEALTHCHECKS"
-_ALL_KEYS = ("all", "xids")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,36 +52,21 @@ class XidPolicy:
         return not self.disable_all or self.enable_all or bool(self.enabled)
 
 
-def _parse(raw: str, variable: str) -> tuple[bool, set[int]]:
-    """(all requested, ids) from a comma list; `all`/`xids` discards ids listed before it, as NVIDIA does."""
-    want_all, ids = False, set()
-    for item in raw.split(","):
-        token = item.strip().lower()
-        if not token:
-            continue
-        if token in _ALL_KEYS:
-            want_all, ids = True, set()
-            continue
-        try:
-            xid = int(token)
-        except ValueError:
-            log.warning("%s: ignoring %r, which is not an XID number (use e.g. 79 or all)", variable, item)
-            continue
-        if xid < 0:
-            log.warning("%s: ignoring negative XID %d", variable, xid)
-            continue
-        ids.add(xid)
-    return want_all, ids
+def _warn_malformed(variable: str, xids: XidList) -> None:
+    for item in xids.malformed:
+        log.warning("%s: ignoring %r, which is not an XID number (use e.g. 79 or all)", variable, item)
 
 
-def policy_from_env(env: Mapping[str, str]) -> XidPolicy:
-    disable_all, disabled = _parse(env.get(DISABLE_ENV, ""), DISABLE_ENV)
-    enable_all, enabled = _parse(env.get(ENABLE_ENV, ""), ENABLE_ENV)
+def xid_policy(disable: XidList, enable: XidList) -> XidPolicy:
+    """NVIDIA's rule from DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS; malformed entries are skipped
+    with a warning, as NVIDIA does."""
+    _warn_malformed(DISABLE_HEALTHCHECKS_ENV, disable)
+    _warn_malformed(ENABLE_HEALTHCHECKS_ENV, enable)
     return XidPolicy(
-        disabled=DEFAULT_IGNORED_XIDS | disabled,
-        disable_all=disable_all,
-        enabled=frozenset(enabled),
-        enable_all=enable_all,
+        disabled=DEFAULT_IGNORED_XIDS | disable.ids,
+        disable_all=disable.all,
+        enabled=enable.ids,
+        enable_all=enable.all,
     )
 
 
@@ -109,7 +95,6 @@ class XidAction(enum.StrEnum):
         }[self]
 
 
-ACTIONS_ENV = "KUBEGPU_XID_ACTIONS"
 DEFAULT_ACTION = XidAction.RESET_GPU  # unknown XIDs: NVIDIA marks every XID it does not ignore
 
 
@@ -139,7 +124,7 @@ def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
         user = _Catalog.model_validate(yaml.safe_load(path.read_text()) or {"xids": {}})
     except (OSError, yaml.YAMLError, ValidationError) as err:
         raise XidCatalogError(
-            f"invalid XID actions file {path} ({ACTIONS_ENV}): {err}; expected e.g. "
+            f"invalid XID actions file {path} ({XID_ACTIONS_ENV}): {err}; expected e.g. "
             "'xids: {48: {action: reset_gpu, meaning: double-bit ECC error}}' with actions "
             f"{', '.join(a.value for a in XidAction)}"
         ) from err
@@ -176,9 +161,10 @@ class XidClassifier:
         return f"XID {xid} ({meaning})" if meaning else f"XID {xid}"
 
 
-def classifier_from_env(env: Mapping[str, str]) -> XidClassifier:
-    path = env.get(ACTIONS_ENV, "").strip()
-    return XidClassifier(policy_from_env(env), load_catalog(Path(path) if path else None))
+def xid_classifier(env: DaemonEnv) -> XidClassifier:
+    """NVIDIA's ignore rules with the catalog (KUBEGPU_XID_ACTIONS's file, if any). Raises XidCatalogError."""
+    policy = xid_policy(env.disable_healthchecks, env.enable_healthchecks)
+    return XidClassifier(policy, load_catalog(env.xid_actions))
 
 
 _DEFAULT: XidClassifier | None = None

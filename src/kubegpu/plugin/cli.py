@@ -10,26 +10,26 @@ from typing import Any
 import click
 
 from kubegpu.cli.logs import setup_logging
-from kubegpu.cli.params import flag_values, plugin_flag_options
+from kubegpu.cli.params import given_values, setting_options
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import PluginSettings, resolve
+from kubegpu.settings.setting import PLUGIN
 
 log = logging.getLogger("kubegpu")
 
 
 @click.command("plugin")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-@plugin_flag_options
-@click.pass_context
-def plugin_cmd(ctx: click.Context, verbose: bool, **params: Any) -> None:
+@setting_options(PLUGIN)
+def plugin_cmd(verbose: bool, **params: Any) -> None:
     """Run the device plugin daemon on this node.
 
     Flags, env vars and the config file are NVIDIA's (k8s-device-plugin v0.20): a flag on the command line
     beats its env var, which beats the config file, which beats the default.
     """
     setup_logging(verbose)
-    flags = flag_values(ctx, params)
     try:
+        flags = given_values(params, PLUGIN)  # every flag and env var, validated once, here
         settings = resolve(flags)
     except ConfigError as err:
         log.error("%s", err)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kubegpu.allocation.allocate import AllocateOptions
-from kubegpu.allocation.cdi import CDI_ROOT_ENV, cdi_root, specs_for
+from kubegpu.allocation.cdi import specs_for
 from kubegpu.allocation.from_settings import allocate_options, resource_options
 from kubegpu.allocation.resources import (
     Resource,
@@ -34,11 +34,9 @@ from kubegpu.node.health import (
     HealthEvent,
     HealthMonitor,
     HealthSettings,
-    HealthSettingsError,
 )
 from kubegpu.node.inventory import GpuLink, Health, Inventory
 from kubegpu.node.mps_control import mps_daemon_alive
-from kubegpu.node.mps_paths import CONTAINER_ROOT
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.node.xids import XidCatalogError
 from kubegpu.plugin.cdi_files import CdiSpecWriter
@@ -51,13 +49,11 @@ from kubegpu.plugin.server import ResourceServer
 from kubegpu.settings.choices import DEFAULT_KUBELET_SOCKET
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import PluginSettings
+from kubegpu.settings.table import CDI_ROOT_ENV
 
 log = logging.getLogger(__name__)
 
 NO_DEVICES = "No devices found. Waiting indefinitely."
-MPS_RETRY_ENV = "KUBEGPU_MPS_RETRY_SECONDS"
-MPS_CONTAINER_ROOT_ENV = "KUBEGPU_MPS_CONTAINER_ROOT"  # where the host's MPS root is mounted (NVIDIA: /mps)
-DISCOVERY_RETRY_ENV = "KUBEGPU_DISCOVERY_RETRY_SECONDS"
 
 
 class StartupError(RuntimeError):
@@ -75,7 +71,7 @@ class Daemon:
         self.settings = settings
         self._reload_settings = reload_settings
         try:
-            self._backend = backend or load_nvml()
+            self._backend = backend or load_nvml(settings.env.nvml)
         except ValueError as err:  # KUBEGPU_FAKE_NVML names an unknown or broken profile
             raise StartupError(str(err)) from err
         kubelet = settings.kubelet_socket
@@ -107,10 +103,10 @@ class Daemon:
         self._monitor: HealthMonitor | None = None
         self._faults: dict[str, Fault] = {}  # survives reloads: a reload must not make a bad GPU healthy
         try:
-            self.health_settings = HealthSettings.from_env(os.environ)
-        except (HealthSettingsError, XidCatalogError) as err:
+            self.health_settings = HealthSettings.from_settings(settings.env)
+        except XidCatalogError as err:
             raise StartupError(str(err)) from err
-        self._cdi = CdiSpecWriter(cdi_root())
+        self._cdi = CdiSpecWriter(settings.env.cdi_root)
         self._retry_pending = False
         self._resource_options = ResourceOptions()
         self._reload_lock = asyncio.Lock()
@@ -131,6 +127,7 @@ class Daemon:
             loop.add_signal_handler(sig, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
         log.info("Running with config:\n%s", self.settings.log_json())
+        log.info("Running with settings:\n%s", self.settings.log_settings())
         for warning in self.settings.warnings:
             log.warning("%s", warning)
         if not self.settings.kubelet_socket:
@@ -197,9 +194,8 @@ class Daemon:
             return None
 
     async def _retry_discovery(self) -> None:
-        delay = float(os.environ.get(DISCOVERY_RETRY_ENV, "30"))
         while True:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(self.settings.env.discovery_retry_s)
             try:
                 inventory = await self._discover()
             except StartupError as err:  # failOnInitError may have been turned on by a reload
@@ -275,7 +271,7 @@ class Daemon:
         out = []
         for resource in resources:
             if resource.sharing == "mps":
-                root = Path(os.environ.get(MPS_CONTAINER_ROOT_ENV, str(CONTAINER_ROOT)))
+                root = self.settings.env.mps_container_root
                 alive, reason = await asyncio.to_thread(mps_daemon_alive, root, resource.name, 10.0)
                 if not alive:
                     log.warning(
@@ -292,7 +288,7 @@ class Daemon:
         self._retry_pending = True
 
         async def retry() -> None:
-            await asyncio.sleep(float(os.environ.get(MPS_RETRY_ENV, "30")))
+            await asyncio.sleep(self.settings.env.mps_retry_s)
             self._retry_pending = False
             if self.inventory.gpus:
                 await self._serve(self.inventory)

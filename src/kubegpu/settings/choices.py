@@ -21,3 +21,20 @@ SHARED_ALLOCATION_POLICIES = (DISTRIBUTED, PACKED)
 DEFAULT_ANNOTATION_PREFIX = "cdi.k8s.io/"
 DEFAULT_HOOK_PATH = "/usr/bin/nvidia-ctk"
 DEFAULT_CONTAINER_DRIVER_ROOT = "/driver-root"
+
+# GFD (gpu-feature-discovery)
+DEFAULT_GFD_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
+DEFAULT_SLEEP_INTERVAL = 60 * 1_000_000_000  # nanoseconds
+
+# config-manager: NVIDIA's label. The process to signal is ours; NVIDIA's `nvidia-device-plugin` works as well
+# when the plugin runs under that name (a symlink to kubegpu, or an image that keeps NVIDIA's command).
+DEFAULT_NODE_LABEL = "nvidia.com/device-plugin.config"
+DEFAULT_PROCESS_TO_SIGNAL = "kubegpu"
+
+# Where the host's MPS root (--mps-root) is mounted in the plugin's and the MPS daemon's containers.
+MPS_CONTAINER_ROOT = "/mps"
+
+# kubegpu's paths
+DEFAULT_CDI_ROOT = "/var/run/cdi"
+DEFAULT_SYSFS_ROOT = "/sys"

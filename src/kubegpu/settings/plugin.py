@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubegpu.settings.choices import (
-    DEFAULT_KUBELET_SOCKET,
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,
     DISTRIBUTED,
     MIG_STRATEGIES,
     SHARED_ALLOCATION_POLICIES,
 )
-from kubegpu.settings.flags import FLAGS, FlagValue, merge_flags
+from kubegpu.settings.env import DaemonEnv
+from kubegpu.settings.flags import PLUGIN_SETTINGS, merge_flags
+from kubegpu.settings.given import FlagValue, value_of
 from kubegpu.settings.nvidia_config import (
     Config,
     ConfigError,
@@ -25,6 +26,9 @@ from kubegpu.settings.nvidia_config import (
     load_config_file,
 )
 from kubegpu.settings.nvidia_sharing import SharingStrategy
+from kubegpu.settings.report import Effective, effective, render_block
+from kubegpu.settings.setting import PLUGIN
+from kubegpu.settings.table import lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,9 @@ class PluginSettings:
     http_address: str = ""
     pod_resources_socket: str = ""
     health_grace_s: float = 60.0
+    env: DaemonEnv = field(default_factory=DaemonEnv.default)
+    # Every setting outside the config file with its value and source, for the start-up log.
+    effective: tuple[Effective, ...] = ()
 
     @property
     def flags(self) -> Flags:
@@ -62,6 +69,9 @@ class PluginSettings:
 
     def log_json(self) -> str:
         return self.config.model_dump_json(indent=2, exclude_none=True)
+
+    def log_settings(self) -> str:
+        return render_block(self.effective)
 
 
 def validate(settings: PluginSettings) -> None:
@@ -101,8 +111,7 @@ def validate(settings: PluginSettings) -> None:
 
 def _value(flags: Mapping[str, FlagValue], name: str) -> Any:
     """A flag's value, or its default when the caller did not pass it (e.g. tests, other commands)."""
-    given = flags.get(name)
-    return given.value if given is not None else next(s.default for s in FLAGS if s.name == name)
+    return value_of(flags, lookup(PLUGIN, name))
 
 
 def flag_enabled(flags: Mapping[str, FlagValue], name: str) -> bool:
@@ -121,18 +130,19 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
     apply_sharing_defaults(merged)
     if warnings and flag_enabled(flags, "strict-config"):
         raise ConfigError("strict config: " + "; ".join(warnings), [f"strict config: {w}" for w in warnings])
-    kubelet = flags.get("kubelet-socket")
     settings = PluginSettings(
         config=merged,
-        kubelet_socket=DEFAULT_KUBELET_SOCKET if kubelet is None else str(kubelet.value),
+        kubelet_socket=str(_value(flags, "kubelet-socket")),
         config_file=config_file,
         warnings=tuple(warnings),
         allow_customization=flag_enabled(flags, "allow-resource-customization"),
-        mps_client_limits=flags["mps-client-limits"].value if "mps-client-limits" in flags else True,
+        mps_client_limits=bool(_value(flags, "mps-client-limits")),
         http_port=int(_value(flags, "http-port")),
         http_address=str(_value(flags, "http-address")),
         pod_resources_socket=str(_value(flags, "pod-resources-socket")),
         health_grace_s=float(_value(flags, "health-grace-period")),
+        env=DaemonEnv.from_given(flags),
+        effective=effective(PLUGIN_SETTINGS, flags),
     )
     validate(settings)
     return settings

@@ -285,9 +285,18 @@ def _doctor(cluster_mode: bool, snapshot_path: str | None, host_root: str, as_js
 
         findings = doctor_cluster(_snapshot_or_live(snapshot_path))
     else:
+        from kubegpu.settings.env import NvmlSelection
+        from kubegpu.settings.given import read_given
+        from kubegpu.settings.nvidia_config import ConfigError
+        from kubegpu.settings.setting import DOCTOR
+        from kubegpu.settings.table import for_command
         from kubegpu.toolkit.doctor_node import doctor_node
 
-        findings = doctor_node(Path(host_root))
+        try:  # the NVML the plugin would use here (KUBEGPU_FAKE_NVML, ...)
+            selection = NvmlSelection.from_given(read_given(for_command(DOCTOR)), DOCTOR)
+        except ConfigError as err:
+            _fail(str(err))
+        findings = doctor_node(Path(host_root), nvml_selection=selection)
     code = findings_exit_code(findings)
     if as_json:
         render.emit_json({"findings": [f.to_json() for f in findings], "exit_code": code})

@@ -28,6 +28,9 @@ from kubegpu.toolkit.host_tree import shown, under
 if TYPE_CHECKING:
     from kubegpu.node.inventory import Inventory
 
+if TYPE_CHECKING:
+    from kubegpu.settings.env import NvmlSelection
+
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
     "usr/lib/aarch64-linux-gnu",
@@ -63,8 +66,8 @@ def check_library(root: Path) -> Iterator[Finding]:
     )
 
 
-def check_nvml(nvml: Any | None) -> Iterator[Finding]:
-    """nvmlInit and discovery exactly as the plugin runs them."""
+def check_nvml(nvml: Any | None, selection: NvmlSelection | None = None) -> Iterator[Finding]:
+    """nvmlInit and discovery exactly as the plugin runs them (on `selection`'s NVML: the real one)."""
     try:
         from kubegpu.node.discovery import NVMLError, discover, explain_nvml_error, nvml_session
         from kubegpu.node.nvml.backend import load_nvml
@@ -79,7 +82,7 @@ def check_nvml(nvml: Any | None) -> Iterator[Finding]:
         )
         return
     try:
-        backend = nvml if nvml is not None else load_nvml()
+        backend = nvml if nvml is not None else load_nvml(selection)
         with nvml_session(backend):
             inventory = discover(backend)
     except NVMLError as err:
@@ -232,8 +235,14 @@ def check_dev_char(root: Path) -> Iterator[Finding]:
 # --- all together -----------------------------------------------------------------------------------------
 
 
-def doctor_node(host_root: Path, nvml: Any | None = None, env: dict[str, str] | None = None) -> list[Finding]:
-    """Every node check. `nvml` overrides the NVML backend (tests); `env` the environment read."""
+def doctor_node(
+    host_root: Path,
+    nvml: Any | None = None,
+    env: dict[str, str] | None = None,
+    nvml_selection: NvmlSelection | None = None,
+) -> list[Finding]:
+    """Every node check. `nvml` overrides the NVML backend (tests), else `nvml_selection` picks it (the
+    real NVML by default); `env` is the environment diagnosed (the process's by default)."""
     root = host_root
     if not root.is_dir():
         return [
@@ -249,7 +258,7 @@ def doctor_node(host_root: Path, nvml: Any | None = None, env: dict[str, str] | 
     env = dict(os.environ) if env is None else env
     checks: list[Callable[[], Iterator[Finding]]] = [
         lambda: check_library(root),
-        lambda: check_nvml(nvml),
+        lambda: check_nvml(nvml, nvml_selection),
         lambda: check_device_nodes(root),
         lambda: check_dev_char(root),
         lambda: check_toolkit(root),

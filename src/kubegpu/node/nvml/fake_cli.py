@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from kubegpu.node.nvml.backend import FAKE_ENV
 from kubegpu.node.nvml.fake_profile import ProfileError, list_profiles
-from kubegpu.node.nvml.fake_state import STATE_ENV, StateDir, StateDirError
+from kubegpu.node.nvml.fake_state import StateDir, StateDirError
 from kubegpu.node.nvml.pci import WHOLE_GPU
+from kubegpu.settings.given import read_given
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.setting import FAKE_NVML_INJECT
+from kubegpu.settings.table import FAKE_NVML_ENV, lookup
+from kubegpu.settings.values import help_text
+
+_STATE_DIR = lookup(FAKE_NVML_INJECT, "state-dir")
 
 
 @click.group("fake-nvml")
@@ -44,7 +49,7 @@ def profiles(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(s) for s in summaries], indent=2))
         return
-    table = Table(title=f"Fake NVML profiles ({FAKE_ENV}=<name>)")
+    table = Table(title=f"Fake NVML profiles ({FAKE_NVML_ENV}=<name>)")
     table.add_column("Name", style="bold")
     table.add_column("GPUs")
     table.add_column("Description")
@@ -54,12 +59,7 @@ def profiles(as_json: bool) -> None:
 
 
 @fake_nvml.command("inject")
-@click.option(
-    "--state-dir",
-    envvar=STATE_ENV,
-    type=click.Path(file_okay=False, path_type=Path),
-    help=f"The fake's state directory [env {STATE_ENV}]; must be the one the daemon uses.",
-)
+@click.option(_STATE_DIR.option, _STATE_DIR.key, default=None, metavar="PATH", help=help_text(_STATE_DIR))
 @click.option("--gpu", type=click.IntRange(min=0), help="GPU index (as nvidia-smi numbers them).")
 @click.option("--xid", type=click.IntRange(min=0), help="Raise an XID critical error event, e.g. 48 or 79.")
 @click.option(
@@ -78,7 +78,7 @@ def profiles(as_json: bool) -> None:
 @click.option("--gi", type=click.IntRange(min=0), help="With --xid: the MIG GPU instance id the event names.")
 @click.option("--ci", type=click.IntRange(min=0), help="With --xid: the MIG compute instance id.")
 def inject(
-    state_dir: Path | None,
+    state_dir: str | None,
     gpu: int | None,
     xid: int | None,
     lost: bool,
@@ -141,12 +141,12 @@ def inject(
     click.echo(f"injected {done} into {state.path}")
 
 
-def _state_dir(option: Path | None) -> StateDir:
+def _state_dir(option: str | None) -> StateDir:
+    """--state-dir, else KUBEGPU_FAKE_NVML_STATE (read by the settings package, as every command's)."""
     try:
-        if option is None:
-            return StateDir.from_env({})  # click already looked at the environment: this says how to set it
-        return StateDir.existing(option)
-    except StateDirError as err:
+        path = read_given([_STATE_DIR], {_STATE_DIR.name: option})[_STATE_DIR.name].value
+        return StateDir.named(path)
+    except (ConfigError, StateDirError) as err:
         raise click.UsageError(str(err)) from err
 
 

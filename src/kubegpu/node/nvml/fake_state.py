@@ -27,8 +27,7 @@ import pynvml
 
 from kubegpu.common.files import write_atomic
 from kubegpu.node.nvml.pci import WHOLE_GPU
-
-STATE_ENV = "KUBEGPU_FAKE_NVML_STATE"
+from kubegpu.settings.table import FAKE_NVML_STATE_ENV as STATE_ENV
 
 EVENTS_FILE = "events.jsonl"
 FAULTS_FILE = "faults.json"
@@ -105,16 +104,14 @@ class StateDir:
         self._faults = Faults()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> StateDir:
-        """The state directory named by KUBEGPU_FAKE_NVML_STATE; it must exist."""
-        env = os.environ if env is None else env
-        value = env.get(STATE_ENV, "").strip()
-        if not value:
+    def named(cls, path: Path | None) -> StateDir:
+        """The directory --state-dir or KUBEGPU_FAKE_NVML_STATE names (None: neither); it must exist."""
+        if path is None:
             raise StateDirError(
                 f"{STATE_ENV} is not set: set it to the state directory the fake NVML daemon was "
                 f"started with (the daemon's own {STATE_ENV}), or pass --state-dir"
             )
-        return cls.existing(Path(value))
+        return cls.existing(path)
 
     @classmethod
     def existing(cls, path: Path) -> StateDir:

@@ -1,0 +1,65 @@
+"""The README's settings tables, written from the settings table (`python -m kubegpu.settings.docs`).
+
+tests/settings/test_readme_tables.py fails when the README's tables and these disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kubegpu.settings.setting import PLUGIN, Setting
+from kubegpu.settings.table import SETTINGS
+from kubegpu.settings.values import default_text
+
+KUBEGPU_HEADER = ("flag", "env var", "default", "commands", "what")
+NVIDIA_HEADER = ("flag (aliases)", "env var(s)", "default", "config key")
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if text else ""
+
+
+def _codes(items: Sequence[str]) -> str:
+    return ", ".join(_code(i) for i in items)
+
+
+def kubegpu_rows() -> list[tuple[str, ...]]:
+    """Every kubegpu setting of every command."""
+    return [
+        (
+            _code(s.option),
+            _codes(s.envvars),
+            _code(default_text(s)),
+            ", ".join(s.commands),
+            s.help,
+        )
+        for s in SETTINGS
+        if s.owner == "kubegpu"
+    ]
+
+
+def nvidia_plugin_rows() -> list[tuple[str, ...]]:
+    """NVIDIA's flags and env vars of the plugin."""
+
+    def flag(s: Setting) -> str:
+        aliases = f" ({_codes(s.aliases)})" if s.aliases else ""
+        return _code(s.option) + aliases
+
+    return [
+        (flag(s), _codes(s.envvars), _code(default_text(s)), _code(".".join(s.path)))
+        for s in SETTINGS
+        if s.owner == "nvidia" and PLUGIN in s.commands
+    ]
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print("NVIDIA's flags and env vars of the plugin:\n")
+    print(markdown(NVIDIA_HEADER, nvidia_plugin_rows()))
+    print("\nkubegpu's own settings:\n")
+    print(markdown(KUBEGPU_HEADER, kubegpu_rows()))

@@ -1,0 +1,324 @@
+"""Every flag and env var of every kubegpu command, NVIDIA's and kubegpu's, in one table (`SETTINGS`).
+
+See `kubegpu.settings.setting` for what each field means. Names, env vars, aliases and defaults of NVIDIA's
+settings are NVIDIA's (k8s-device-plugin v0.20: the plugin, GFD, config-manager, mps-control-daemon).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from kubegpu.settings.choices import (
+    DEFAULT_ANNOTATION_PREFIX,
+    DEFAULT_CDI_ROOT,
+    DEFAULT_CONTAINER_DRIVER_ROOT,
+    DEFAULT_GFD_OUTPUT_FILE,
+    DEFAULT_HOOK_PATH,
+    DEFAULT_KUBELET_SOCKET,
+    DEFAULT_MACHINE_TYPE_FILE,
+    DEFAULT_NODE_LABEL,
+    DEFAULT_POD_RESOURCES_SOCKET,
+    DEFAULT_PROCESS_TO_SIGNAL,
+    DEFAULT_SLEEP_INTERVAL,
+    DEFAULT_SYSFS_ROOT,
+    DEVICE_ID_STRATEGIES,
+    DEVICE_LIST_STRATEGIES,
+    DISTRIBUTED,
+    MIG_STRATEGIES,
+    MPS_CONTAINER_ROOT,
+    SHARED_ALLOCATION_POLICIES,
+)
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.setting import (
+    CONFIG_CHECK,
+    CONFIG_MANAGER,
+    DOCTOR,
+    FAKE_NVML_INJECT,
+    LABELS,
+    MPS_DAEMON,
+    MPS_MOUNT_SHM,
+    ONE_DAY_S,
+    PLUGIN,
+    Setting,
+)
+
+# Env var names other modules mention in their messages.
+CDI_ROOT_ENV = "KUBEGPU_CDI_ROOT"
+FAKE_NVML_ENV = "KUBEGPU_FAKE_NVML"
+FAKE_NVML_STATE_ENV = "KUBEGPU_FAKE_NVML_STATE"
+SYSFS_ROOT_ENV = "KUBEGPU_SYSFS_ROOT"
+XID_ACTIONS_ENV = "KUBEGPU_XID_ACTIONS"
+DISABLE_HEALTHCHECKS_ENV = "DP_DISABLE_HEALTHCHECKS"
+ENABLE_HEALTHCHECKS_ENV = "DP_ENABLE_HEALTHCHECKS"
+
+# `config check` runs the plugin's code path, so it takes and validates everything the plugin takes.
+_PLUGIN = (PLUGIN, CONFIG_CHECK)
+# The MPS daemon takes NVIDIA's two config flags, plus kubegpu's opt-ins that change resource names and
+# devices: a plugin that honours `rename`/`devices` must find its daemons under the same names.
+_PLUGIN_AND_MPS = (*_PLUGIN, MPS_DAEMON)
+# Every command that talks to NVML.
+_NVML = (*_PLUGIN, MPS_DAEMON, LABELS, DOCTOR)
+
+
+def _channel_ids(values: Sequence[str]) -> list[int]:
+    try:
+        return [int(v) for v in values]
+    except ValueError:
+        raise ConfigError(
+            f"invalid --imex-channel-ids option: {','.join(values)}: channel IDs are integers (use 0)"
+        ) from None
+
+
+def _seconds(
+    name: str,
+    envvar: str,
+    default: float,
+    help: str,
+    commands: tuple[str, ...],
+    *,
+    positive: bool,
+    flag: bool,
+) -> Setting:
+    """kubegpu's intervals: finite, at most a day (longer overflows timers), > 0 where 0 would spin."""
+    return Setting(
+        name, (envvar,), default, "seconds", help, "kubegpu", commands,
+        flag=flag, minimum=0.0, maximum=ONE_DAY_S, positive=positive,
+    )  # fmt: skip
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # --- the plugin: NVIDIA's flags ------------------------------------------------------------------------
+    Setting("mig-strategy", ("MIG_STRATEGY",), "none", "str",
+            "How MIG devices are exposed: none, single or mixed.",
+            "nvidia", _PLUGIN_AND_MPS, path=("flags", "migStrategy"), choices=MIG_STRATEGIES),
+    Setting("fail-on-init-error", ("FAIL_ON_INIT_ERROR",), True, "bool",
+            "Exit when NVML cannot start (true) or stay up advertising nothing and keep retrying (false).",
+            "nvidia", _PLUGIN, path=("flags", "failOnInitError")),
+    Setting("driver-root", ("NVIDIA_DRIVER_ROOT",), "/", "str",
+            "Root of the NVIDIA driver installation on the host.",
+            "nvidia", _PLUGIN, aliases=("--nvidia-driver-root",), path=("flags", "nvidiaDriverRoot")),
+    Setting("dev-root", ("NVIDIA_DEV_ROOT",), "", "str",
+            "Root under which the host's /dev/nvidia* nodes live; empty means the driver root.",
+            "nvidia", _PLUGIN, aliases=("--nvidia-dev-root",), path=("flags", "nvidiaDevRoot")),
+    Setting("pass-device-specs", ("PASS_DEVICE_SPECS",), False, "bool",
+            "Also return the /dev/nvidia* device nodes in Allocate (needed with some CPU managers).",
+            "nvidia", _PLUGIN, path=("flags", "plugin", "passDeviceSpecs")),
+    Setting("device-list-strategy", ("DEVICE_LIST_STRATEGY",), ("envvar",), "list",
+            "How the device list reaches the container runtime: envvar, volume-mounts, cdi-annotations, "
+            "cdi-cri (comma list allowed).",
+            "nvidia", _PLUGIN, path=("flags", "plugin", "deviceListStrategy"),
+            choices=DEVICE_LIST_STRATEGIES),
+    Setting("device-id-strategy", ("DEVICE_ID_STRATEGY",), "uuid", "str",
+            "Name devices to the runtime by uuid or by index.",
+            "nvidia", _PLUGIN, path=("flags", "plugin", "deviceIDStrategy"), choices=DEVICE_ID_STRATEGIES),
+    Setting("cdi-annotation-prefix", ("CDI_ANNOTATION_PREFIX",), DEFAULT_ANNOTATION_PREFIX, "str",
+            "Prefix of the annotation key that carries CDI device names (cdi-annotations strategy).",
+            "nvidia", _PLUGIN, path=("flags", "plugin", "cdiAnnotationPrefix")),
+    Setting("nvidia-cdi-hook-path", ("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"), DEFAULT_HOOK_PATH, "str",
+            "Path on the host of nvidia-cdi-hook (or nvidia-ctk) for the hooks in the generated CDI specs.",
+            "nvidia", _PLUGIN, aliases=("--nvidia-ctk-path",), path=("flags", "plugin", "nvidiaCTKPath")),
+    Setting("driver-root-ctr-path", ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
+            DEFAULT_CONTAINER_DRIVER_ROOT, "str",
+            "Where the driver root is mounted in the plugin's container (searched for the CDI specs' "
+            "libraries).",
+            "nvidia", _PLUGIN, aliases=("--container-driver-root",),
+            path=("flags", "plugin", "containerDriverRoot")),
+    Setting("gdrcopy-enabled", ("GDRCOPY_ENABLED",), False, "bool",
+            "Give containers GDRCopy (NVIDIA_GDRCOPY=enabled; /dev/gdrdrv with CDI).",
+            "nvidia", _PLUGIN, path=("flags", "gdrcopyEnabled")),
+    Setting("gds-enabled", ("GDS_ENABLED",), False, "bool",
+            "Give containers GPUDirect Storage (NVIDIA_GDS=enabled; /dev/nvidia-fs* with CDI).",
+            "nvidia", _PLUGIN, path=("flags", "gdsEnabled")),
+    Setting("mofed-enabled", ("MOFED_ENABLED",), False, "bool",
+            "Give containers MOFED (NVIDIA_MOFED=enabled; /dev/infiniband nodes with CDI).",
+            "nvidia", _PLUGIN, path=("flags", "mofedEnabled")),
+    Setting("imex-channel-ids", ("IMEX_CHANNEL_IDS",), (), "list",
+            "IMEX channels every container gets: none, or 0.",
+            "nvidia", _PLUGIN, path=("imex", "channelIDs"), explicit_only=True, convert=_channel_ids),
+    Setting("imex-required", ("IMEX_REQUIRED",), False, "bool",
+            "Fail the start when a requested IMEX channel does not exist (else it is skipped with a "
+            "warning).",
+            "nvidia", _PLUGIN, path=("imex", "required"), explicit_only=True),
+    Setting("shared-devices-allocation-policy", ("SHARED_DEVICES_ALLOCATION_POLICY",), DISTRIBUTED, "str",
+            "How replicas are picked: distributed (spread over GPUs) or packed (fill a GPU first).",
+            "nvidia", _PLUGIN, path=("flags", "plugin", "sharedDevicesAllocationPolicy"),
+            choices=SHARED_ALLOCATION_POLICIES),
+    Setting("kubelet-socket", ("KUBELET_SOCKET",), DEFAULT_KUBELET_SOCKET, "str",
+            'The kubelet\'s registration socket; "" serves the devices without registering.',
+            "nvidia", _PLUGIN),
+    Setting("config-file", ("CONFIG_FILE",), "", "str",
+            "Path to an NVIDIA v1 config file (YAML or JSON).",
+            "nvidia", _PLUGIN_AND_MPS),
+    Setting("mps-root", ("MPS_ROOT",), "", "str",
+            "Host directory of the MPS control daemons' pipes and shm (required when MPS sharing is on).",
+            "nvidia", _PLUGIN, path=("flags", "mpsRoot")),
+    # --- the plugin: NVIDIA's env vars (read directly, not flags) ----------------------------------------
+    Setting("disable-healthchecks", (DISABLE_HEALTHCHECKS_ENV,), "", "xids",
+            "XIDs not to act on (comma list), added to the default 13, 31, 43, 45, 68, 109; all (or xids) "
+            "turns every XID off.",
+            "nvidia", _PLUGIN, flag=False),
+    Setting("enable-healthchecks", (ENABLE_HEALTHCHECKS_ENV,), "", "xids",
+            "XIDs to act on even when ignored by default or by DP_DISABLE_HEALTHCHECKS (comma list), or all.",
+            "nvidia", _PLUGIN, flag=False),
+    # --- the plugin: kubegpu's flags (opt-ins beyond NVIDIA's behaviour) ----------------------------------
+    Setting("allow-resource-customization", ("KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION",), False, "bool",
+            "Honour `resources` and the `rename`/`devices` of shared resources (NVIDIA ignores them).",
+            "kubegpu", _PLUGIN_AND_MPS),
+    Setting("http-port", ("KUBEGPU_HTTP_PORT",), 0, "int",
+            "Serve /healthz, /readyz and /metrics on this TCP port; 0 (the default) serves nothing.",
+            "kubegpu", _PLUGIN, minimum=0, maximum=65535),
+    Setting("http-address", ("KUBEGPU_HTTP_ADDRESS",), "", "str",
+            "Address the HTTP endpoint listens on; empty means every interface.",
+            "kubegpu", _PLUGIN),
+    Setting("pod-resources-socket", ("KUBEGPU_POD_RESOURCES_SOCKET",), DEFAULT_POD_RESOURCES_SOCKET, "str",
+            'The kubelet\'s PodResources API, for the which-pod-holds-which-GPU metric; "" turns it off.',
+            "kubegpu", _PLUGIN),
+    _seconds("health-grace-period", "KUBEGPU_HEALTH_GRACE_SECONDS", 60.0,
+             "Seconds a resource may stay unregistered (start, kubelet restart) before /healthz fails.",
+             _PLUGIN, positive=False, flag=True),
+    Setting("mps-client-limits", ("KUBEGPU_MPS_CLIENT_LIMITS",), True, "bool",
+            "Give MPS containers CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT.",
+            "kubegpu", _PLUGIN),
+    Setting("strict-config", ("KUBEGPU_STRICT_CONFIG",), False, "bool",
+            "Treat config warnings (unknown or misplaced keys, ignored fields) as errors.",
+            "kubegpu", _PLUGIN_AND_MPS),
+    # --- the plugin: kubegpu's env vars -------------------------------------------------------------------
+    Setting("health-recovery", ("KUBEGPU_HEALTH_RECOVERY",), True, "bool",
+            "Bring a GPU with a reset-class XID back to Healthy once recovery probes pass; false keeps "
+            "NVIDIA's sticky Unhealthy.",
+            "kubegpu", _PLUGIN, flag=False),
+    _seconds("recovery-quiet-seconds", "KUBEGPU_RECOVERY_QUIET_SECONDS", 60.0,
+             "Seconds without a critical XID before recovery probes may bring a GPU back.",
+             _PLUGIN, positive=False, flag=False),
+    _seconds("health-probe-seconds", "KUBEGPU_HEALTH_PROBE_SECONDS", 5.0,
+             "Seconds between health probes (a GPU lost without an event, recovery probes).",
+             _PLUGIN, positive=True, flag=False),
+    Setting("xid-actions", (XID_ACTIONS_ENV,), None, "path",
+            "A YAML file extending or overriding the XID catalog (src/kubegpu/node/xid_catalog.yaml).",
+            "kubegpu", _PLUGIN, flag=False),
+    _seconds("discovery-retry-seconds", "KUBEGPU_DISCOVERY_RETRY_SECONDS", 30.0,
+             "Seconds between rediscoveries while NVML or the GPUs are missing (failOnInitError=false).",
+             _PLUGIN, positive=True, flag=False),
+    _seconds("mps-retry-seconds", "KUBEGPU_MPS_RETRY_SECONDS", 30.0,
+             "Seconds before the plugin tries again to serve an MPS resource whose control daemon did not "
+             "answer.",
+             _PLUGIN, positive=True, flag=False),
+    Setting("mps-container-root", ("KUBEGPU_MPS_CONTAINER_ROOT",), Path(MPS_CONTAINER_ROOT), "path",
+            "Where the host's MPS root (--mps-root) is mounted in the plugin's container, to see that each "
+            "MPS control daemon answers.",
+            "kubegpu", _PLUGIN, flag=False),
+    Setting("cdi-root", (CDI_ROOT_ENV,), Path(DEFAULT_CDI_ROOT), "path",
+            "Where the CDI spec files are written (cdi-annotations and cdi-cri strategies).",
+            "kubegpu", _PLUGIN, flag=False),
+    # --- every command that talks to NVML -----------------------------------------------------------------
+    Setting("fake-nvml", (FAKE_NVML_ENV,), "", "str",
+            "Use the fake NVML with this node profile (a name from `kubegpu fake-nvml profiles`, or a .yaml "
+            "path) instead of the driver's.",
+            "kubegpu", _NVML, flag=False),
+    Setting("fake-nvml-state", (FAKE_NVML_STATE_ENV,), None, "path",
+            "The fake NVML's state directory, shared with `kubegpu fake-nvml inject`.",
+            "kubegpu", _NVML, flag=False),
+    Setting("sysfs-root", (SYSFS_ROOT_ENV,), Path(DEFAULT_SYSFS_ROOT), "path",
+            "Where sysfs is read (NUMA nodes, PCI links) with the real NVML.",
+            "kubegpu", _NVML, flag=False),
+    # --- mps-daemon run -----------------------------------------------------------------------------------
+    Setting("root", ("KUBEGPU_MPS_DAEMON_ROOT",), Path(MPS_CONTAINER_ROOT), "path",
+            "Where the host's MPS root (the plugin's --mps-root) is mounted; pipes, logs and .ready go here.",
+            "kubegpu", (MPS_DAEMON, MPS_MOUNT_SHM)),
+    _seconds("retry-interval", "KUBEGPU_MPS_RETRY_SECONDS", 30.0,
+             "Seconds before retrying after a daemon failed to start.",
+             (MPS_DAEMON,), positive=True, flag=True),
+    Setting("selinux-fs", ("KUBEGPU_SELINUX_FS",), Path("/sys/fs/selinux"), "path",
+            "Where selinuxfs is mounted (tests point it elsewhere).",
+            "kubegpu", (MPS_DAEMON,), hidden=True),
+    # --- labels: GFD's flags ------------------------------------------------------------------------------
+    Setting("mig-strategy", ("GFD_MIG_STRATEGY", "MIG_STRATEGY"), "none", "str",
+            "How MIG devices are labelled: none, single or mixed.",
+            "nvidia", (LABELS,), choices=MIG_STRATEGIES, empty_env="urfave"),
+    Setting("fail-on-init-error", ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"), True, "bool",
+            "Exit when NVML cannot start (true), or label without GPU labels (false).",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("oneshot", ("GFD_ONESHOT",), False, "bool",
+            "Label once and exit (the file is kept).",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("no-timestamp", ("GFD_NO_TIMESTAMP",), False, "bool",
+            "Leave out nvidia.com/gfd.timestamp.",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("sleep-interval", ("GFD_SLEEP_INTERVAL",), DEFAULT_SLEEP_INTERVAL, "duration",
+            "Time between labelling passes: a Go duration (60s, 1m30s) or infinite (label once, keep "
+            "running).",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("output-file", ("GFD_OUTPUT_FILE",), DEFAULT_GFD_OUTPUT_FILE, "str",
+            'The NFD features.d file to write; "" or - prints the labels on stdout.',
+            "nvidia", (LABELS,), aliases=("--output", "-o"), empty_env="urfave"),
+    Setting("machine-type-file", ("GFD_MACHINE_TYPE_FILE",), DEFAULT_MACHINE_TYPE_FILE, "str",
+            "File holding the node's DMI product name (for nvidia.com/gpu.machine).",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("use-node-feature-api", ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"), False, "bool",
+            "Publish through NFD's NodeFeature API (GFD's default since v0.19); not available in kubegpu "
+            "yet.",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    # kubegpu's own: the plugin's opt-in under the same name and env var, so that the labels describe the
+    # resources the plugin serves.
+    Setting("allow-resource-customization", ("KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION",), False, "bool",
+            "Honour an explicit `rename` of a shared resource, as the plugin does with this opt-in.",
+            "kubegpu", (LABELS,)),
+    Setting("config-file", ("GFD_CONFIG_FILE", "CONFIG_FILE"), "", "str",
+            "An NVIDIA v1 config file (YAML or JSON); its flags.gfd and flags sections fill unset flags.",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    # --- config-manager: NVIDIA's flags -------------------------------------------------------------------
+    Setting("oneshot", ("ONESHOT",), False, "bool",
+            "check and update the config only once and then exit",
+            "nvidia", (CONFIG_MANAGER,)),
+    Setting("kubeconfig", ("KUBECONFIG",), "", "str",
+            "absolute path to the kubeconfig file (empty: the in-cluster config)",
+            "nvidia", (CONFIG_MANAGER,)),
+    Setting("node-name", ("NODE_NAME",), "", "str",
+            "the name of the node to watch for label changes on (required)",
+            "nvidia", (CONFIG_MANAGER,)),
+    Setting("node-label", ("NODE_LABEL",), DEFAULT_NODE_LABEL, "str",
+            "the name of the node label to use for selecting a config",
+            "nvidia", (CONFIG_MANAGER,)),
+    Setting("config-file-srcdir", ("CONFIG_FILE_SRCDIR",), "", "str",
+            "the path to the directory containing available device configuration files (required)",
+            "nvidia", (CONFIG_MANAGER,)),
+    Setting("config-file-dst", ("CONFIG_FILE_DST",), "", "str",
+            "the path to destination device configuration file (required)",
+            "nvidia", (CONFIG_MANAGER,)),
+    Setting("default-config", ("DEFAULT_CONFIG",), "", "str",
+            "the default config to use if no label is set",
+            "nvidia", (CONFIG_MANAGER,)),
+    Setting("fallback-strategies", ("FALLBACK_STRATEGIES",), (), "list",
+            "ordered list of fallback strategies to use to set a default config when none is provided: "
+            "named (a file called `default`), single (the only file), empty (/dev/null: all defaults); "
+            "comma-separated or repeated",
+            "nvidia", (CONFIG_MANAGER,), repeatable=True),
+    Setting("send-signal", ("SEND_SIGNAL",), True, "bool",
+            "send a signal to <process-to-signal> once a config change is made",
+            "nvidia", (CONFIG_MANAGER,)),
+    Setting("signal", ("SIGNAL",), 1, "int",
+            "the signal to send to <process-to-signal> if <send-signal> is set (1 = SIGHUP)",
+            "nvidia", (CONFIG_MANAGER,), minimum=1, maximum=64),
+    Setting("process-to-signal", ("PROCESS_TO_SIGNAL",), DEFAULT_PROCESS_TO_SIGNAL, "str",
+            "the name of the process to signal if <send-signal> is set, matched against argv[0] (or its "
+            "base name) of the processes in /proc; NVIDIA's `nvidia-device-plugin` works too when the "
+            "plugin runs under that name",
+            "nvidia", (CONFIG_MANAGER,)),
+    # --- fake-nvml inject ---------------------------------------------------------------------------------
+    Setting("state-dir", (FAKE_NVML_STATE_ENV,), None, "path",
+            "The fake's state directory; must be the one the daemon uses.",
+            "kubegpu", (FAKE_NVML_INJECT,)),
+)  # fmt: skip
+
+
+def for_command(command: str) -> tuple[Setting, ...]:
+    """The settings `kubegpu <command>` takes, in declaration order (which is --help's order)."""
+    return tuple(s for s in SETTINGS if command in s.commands)
+
+
+def lookup(command: str, name: str) -> Setting:
+    for setting in SETTINGS:
+        if command in setting.commands and setting.name == name:
+            return setting
+    raise KeyError(f"{command} has no setting {name!r}")

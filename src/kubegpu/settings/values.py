@@ -1,0 +1,203 @@
+"""Text to typed value for each kind of setting, with the one-line error that names the fix.
+
+`parse(setting, text, origin)` is what `kubegpu.settings.given` calls for every value it finds on the
+command line or in the environment. The errors say which flag or env var, the bad value and what to write:
+
+    KUBEGPU_HEALTH_PROBE_SECONDS='inf' is not a valid number of seconds: use a finite number greater than 0,
+    e.g. 5 (the default)
+
+NVIDIA's settings keep urfave/cli's wording (`could not parse "x" as bool value from environment variable
+"X" for flag x: ...`), which GFD's and the plugin's users know.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubegpu.settings.goduration import format_go_duration, parse_sleep_interval
+from kubegpu.settings.goparse import parse_bool, parse_list
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.setting import Setting
+
+
+class SettingError(ConfigError):
+    """Bad values of flags or env vars; one line per bad value, each naming it, its value and the fix."""
+
+
+class BadValue(ValueError):
+    """A value a kind's parser refuses; the message is the fix ("use ...")."""
+
+
+@dataclass(frozen=True, slots=True)
+class XidList:
+    """NVIDIA's DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS value: all (or xids), or XID numbers."""
+
+    all: bool = False
+    ids: frozenset[int] = frozenset()
+    malformed: tuple[str, ...] = ()  # entries that are not XIDs: NVIDIA logs and skips them
+
+    def __str__(self) -> str:
+        return "all" if self.all else ",".join(str(i) for i in sorted(self.ids))
+
+
+def parse_xid_list(text: str) -> XidList:
+    """NVIDIA's rule: comma list, trimmed, case-insensitive; `all`/`xids` discards ids listed before it."""
+    want_all, ids, malformed = False, set[int](), []
+    for item in text.split(","):
+        token = item.strip().lower()
+        if not token:
+            continue
+        if token in ("all", "xids"):
+            want_all, ids = True, set()
+            continue
+        try:
+            xid = int(token)
+        except ValueError:
+            malformed.append(item)
+            continue
+        if xid < 0:
+            malformed.append(item)
+            continue
+        ids.add(xid)
+    return XidList(want_all, frozenset(ids), tuple(malformed))
+
+
+# ASCII digits only, as Go's strconv: Python's float() and int() would also take "1_000" and other scripts'
+# digits, which no other tool reading the same manifest would.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
+def _number_text(value: float) -> str:
+    return f"{value:g}"
+
+
+def parse_number(text: str, *, minimum: float | None, maximum: float | None, positive: bool) -> float:
+    """A finite number within the bounds; BadValue says what to use instead."""
+    low = "greater than 0" if positive else None
+    if low is None and minimum is not None:
+        low = f"of {_number_text(minimum)} or more"
+    fix = f"use a finite number {low}" if low else "use a finite number"
+    if not _DECIMAL.fullmatch(text.strip()):
+        raise BadValue(fix)
+    value = float(text)
+    if not math.isfinite(value) or (positive and value <= 0) or (minimum is not None and value < minimum):
+        raise BadValue(fix)
+    if maximum is not None and value > maximum:
+        raise BadValue(f"use at most {_number_text(maximum)}")
+    return value
+
+
+def parse_whole_number(text: str, *, minimum: float | None, maximum: float | None) -> int:
+    fix = "use a whole number"
+    if minimum is not None and maximum is not None:
+        fix += f" from {_number_text(minimum)} to {_number_text(maximum)}"
+    if len(text) > 40 or not _INTEGER.fullmatch(text.strip()):  # (Python refuses over 4300 digits)
+        raise BadValue(fix)
+    value = int(text)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise BadValue(fix)
+    return value
+
+
+def parse_path(text: str) -> Path:
+    path = text.strip()
+    if not path:
+        raise BadValue("use a non-empty path")
+    return Path(path)
+
+
+def _what(setting: Setting) -> str:
+    return {
+        "bool": "boolean",
+        "int": "whole number",
+        "seconds": "number of seconds",
+        "duration": "duration",
+        "path": "path",
+    }.get(setting.kind, "value")
+
+
+def default_text(setting: Setting) -> str:
+    """The default as a user would write it (`true`, `60`, `envvar`, `1m0s`); "" when there is none."""
+    return text_of(setting, setting.default)
+
+
+def text_of(setting: Setting, value: Any) -> str:
+    """A typed value as a user would write it."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if setting.kind == "duration":
+        return format_go_duration(value)
+    if isinstance(value, float):
+        return _number_text(value)
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def help_text(setting: Setting) -> str:
+    """The help text with click's own `[env var: ...; default: ...]` suffix."""
+    extras = []
+    if setting.envvars:
+        extras.append(f"env var: {', '.join(setting.envvars)}")
+    default = default_text(setting) or '""'
+    extras.append(f"default: {default}")
+    if setting.minimum is not None and setting.maximum is not None:
+        low = "<" if setting.positive else "<="
+        extras.append(f"{_number_text(setting.minimum)}{low}x<={_number_text(setting.maximum)}")
+    return f"{setting.help}  [{'; '.join(extras)}]"
+
+
+def _parse_kind(setting: Setting, text: str | Sequence[str]) -> Any:
+    if setting.kind == "list":
+        return parse_list(text)
+    assert isinstance(text, str)
+    if setting.kind == "bool":
+        try:
+            return parse_bool(text)
+        except ValueError as err:
+            raise BadValue(str(err) if setting.owner == "nvidia" else "use true or false") from None
+    if setting.kind == "seconds":
+        return parse_number(text, minimum=setting.minimum, maximum=setting.maximum, positive=setting.positive)
+    if setting.kind == "int":
+        return parse_whole_number(text, minimum=setting.minimum, maximum=setting.maximum)
+    if setting.kind == "duration":
+        try:
+            return parse_sleep_interval(text)
+        except ValueError as err:
+            raise BadValue(str(err)) from None
+    if setting.kind == "path":
+        return parse_path(text)
+    if setting.kind == "xids":
+        return parse_xid_list(text)
+    return text
+
+
+def parse(setting: Setting, text: str | Sequence[str], origin: str) -> Any:
+    """The typed value of `text`, given by `origin` ("--http-port" or "KUBEGPU_HTTP_PORT").
+
+    Raises SettingError with the one-line message. A repeatable list takes the repeated flag's values.
+    """
+    try:
+        return _parse_kind(setting, text)
+    except BadValue as err:
+        raise SettingError(error_text(setting, text, origin, str(err))) from None
+
+
+def error_text(setting: Setting, text: str | Sequence[str], origin: str, fix: str) -> str:
+    shown = text if isinstance(text, str) else ",".join(text)
+    if setting.owner == "nvidia":
+        # urfave/cli's words, as NVIDIA's binaries print them
+        source = "the command line" if origin.startswith("-") else f"environment variable {origin!r}"
+        go_type = {"seconds": "float64", "int": "int"}.get(setting.kind, setting.kind)
+        return f"could not parse {shown!r} as {go_type} value from {source} for flag {setting.name}: {fix}"
+    default = default_text(setting)
+    example = f", e.g. {default} (the default)" if default else ""
+    return f"{origin}={shown!r} is not a valid {_what(setting)}: {fix}{example}"
