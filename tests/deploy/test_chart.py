@@ -220,7 +220,18 @@ ENV_VARS = [
     ({"deviceIDStrategy": "index"}, {"DEVICE_ID_STRATEGY": "index"}),
     ({"nvidiaDriverRoot": "/run/nvidia/driver"}, {"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver"}),
     ({"nvidiaDevRoot": "/"}, {"NVIDIA_DEV_ROOT": "/"}),
-    ({"health": {"port": 8080}}, {"KUBEGPU_HTTP_PORT": "8080"}),
+    (
+        {"health": {"port": 8080}},
+        {"KUBEGPU_HTTP_PORT": "8080", "KUBEGPU_HTTP_ADDRESS": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ),
+    (
+        {"health": {"port": 8080, "address": "127.0.0.1"}},
+        {"KUBEGPU_HTTP_PORT": "8080", "KUBEGPU_HTTP_ADDRESS": "127.0.0.1"},
+    ),
+    (
+        {"deviceListStrategy": "cdi-cri"},
+        {"DEVICE_LIST_STRATEGY": "cdi-cri", "KUBEGPU_CDI_ROOT": "/var/run/cdi"},
+    ),
 ]
 
 
@@ -236,7 +247,7 @@ EVERYTHING = {
     "migStrategy": "mixed",
     "failOnInitError": True,
     "compatWithCPUManager": True,
-    "deviceListStrategy": "envvar",
+    "deviceListStrategy": "envvar,cdi-annotations",
     "deviceIDStrategy": "uuid",
     "nvidiaDriverRoot": "/run/nvidia/driver",
     "nvidiaDevRoot": "/",
@@ -281,6 +292,15 @@ SECURITY_CONTEXTS = [
     ),
     ({"securityContext": {"runAsNonRoot": False}}, {"runAsNonRoot": False}),  # verbatim wins
 ]
+
+
+def test_compat_with_cpu_manager_makes_only_the_plugin_privileged() -> None:
+    """NVIDIA's rule is for the plugin, which passes every device node's spec; the labels daemon passes
+    none (NVIDIA's GFD is privileged for vGPU host data, which kubegpu does not read)."""
+    objs = render({"compatWithCPUManager": True, "gfd": {"enabled": True}})
+    assert plugin(objs)["securityContext"] == {"privileged": True}
+    labels = containers(by_kind(objs, "DaemonSet")["kubegpu-labels"])["kubegpu-labels-ctr"]
+    assert labels["securityContext"] == {**LOCKED, "capabilities": {"drop": ["ALL"]}}
 
 
 @pytest.mark.parametrize(("values", "expected"), SECURITY_CONTEXTS)

@@ -67,12 +67,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* NVIDIA's rule for volume-mounts, applied to CDI: a cdi-annotations or cdi-cri device list strategy may be
+in force, set here or (deviceListStrategy unset) by a config file. The plugin then writes CDI specs, which
+the container runtime reads from the host's /var/run/cdi. */}}
+{{- define "kubegpu.cdiPossible" -}}
+{{- if .Values.deviceListStrategy }}
+{{- if contains "cdi-" .Values.deviceListStrategy }}true{{ end }}
+{{- else if include "kubegpu.hasConfigMap" . }}true
+{{- end }}
+{{- end }}
+
+{{/* The image's non-root user (USER in the Dockerfile), for the containers that need no uid 0. */}}
+{{- define "kubegpu.nonRootUser" -}}
+65532
+{{- end }}
+
 {{/* Container security context of the node daemons: the value verbatim, else NVIDIA's rules (kubegpu
-keeps the root filesystem read-only and privilege escalation off wherever NVIDIA drops capabilities). */}}
+keeps the root filesystem read-only and privilege escalation off wherever NVIDIA drops capabilities).
+Arguments: root, securityContext (the value), passDeviceSpecs (privileged with compatWithCPUManager: the
+plugin, which passes every device node's spec; the labels daemon passes none). */}}
 {{- define "kubegpu.securityContext" -}}
 {{- if .securityContext }}
 {{- toYaml .securityContext }}
-{{- else if .root.Values.compatWithCPUManager }}
+{{- else if and .passDeviceSpecs .root.Values.compatWithCPUManager }}
 privileged: true
 {{- else }}
 allowPrivilegeEscalation: false
@@ -88,7 +105,8 @@ capabilities:
 {{/*
 The config-manager, as an init container (oneshot: the first config is in place before
 the daemon starts) or a sidecar (follows the node label and sends the daemon SIGHUP). Env vars are
-NVIDIA's config-manager's. It needs no capabilities: it signals a process of its own uid, never itself.
+NVIDIA's config-manager's. It needs no capabilities: it reads Nodes from the API, the ConfigMap volume, and
+points a symlink in the shared emptyDir (mode 0777) at the selected config.
 Arguments: root, name, oneshot, process (the process to signal; "" for none).
 */}}
 {{- define "kubegpu.configManager" -}}
@@ -125,6 +143,15 @@ Arguments: root, name, oneshot, process (the process to signal; "" for none).
     - name: PROCESS_TO_SIGNAL
       value: {{ .process | quote }}
   securityContext:
+    {{- if .process }}
+    # The pod's user (uid 0), as the daemon it signals: without CAP_KILL a process may signal only
+    # processes of its own uid, and a non-root container holds no capabilities (none are ambient).
+    {{- else }}
+    # Signals nothing: the image's non-root user.
+    runAsNonRoot: true
+    runAsUser: {{ include "kubegpu.nonRootUser" .root }}
+    runAsGroup: {{ include "kubegpu.nonRootUser" .root }}
+    {{- end }}
     allowPrivilegeEscalation: false
     readOnlyRootFilesystem: true
     capabilities:
@@ -187,4 +214,34 @@ tolerations:
 # Rolls the pods when the chart's configs change (the sidecar would also pick them up, more slowly).
 checksum/config: {{ .Values.config.map | toJson | sha256sum }}
 {{- end }}
+{{- end }}
+
+{{/* health.address is a loopback address: the kubelet's httpGet probes, which connect to the pod's IP,
+cannot reach it, so the probes run inside the container. */}}
+{{- define "kubegpu.healthOnLoopback" -}}
+{{- $address := .Values.health.address }}
+{{- if kindIs "string" $address }}
+{{- if or (hasPrefix "127." $address) (eq $address "::1") (eq $address "localhost") }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* An exec probe that GETs one path of the HTTP endpoint on a loopback address; any answer but 2xx (or
+none) fails it with the URL, the error and the endpoint's own explanation. No proxy: the env may name one.
+Arguments: root, path. */}}
+{{- define "kubegpu.loopbackProbe" -}}
+{{- $address := .root.Values.health.address }}
+{{- $host := ternary (printf "[%s]" $address) $address (contains ":" $address) }}
+exec:
+  command:
+    - python
+    - -c
+    - |
+      import sys, urllib.request
+      url = sys.argv[1]
+      try:
+          urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=4).close()
+      except OSError as err:
+          body = err.read().decode(errors="replace") if hasattr(err, "read") else ""
+          sys.exit(f"GET {url}: {err}\n{body}")
+    - http://{{ $host }}:{{ .root.Values.health.port }}{{ .path }}
 {{- end }}
