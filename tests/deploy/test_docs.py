@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from .conftest import CONFIG_FILES, DEFAULTS, ROOT, HelmError, by_kind, render
 
@@ -55,3 +56,113 @@ def test_the_schema_error_the_guide_quotes_is_the_one_helm_prints() -> None:
     with pytest.raises(HelmError) as err:
         render({"migStrategey": "mixed"})
     assert " ".join(quoted.group(1).split()) in str(err.value)
+
+
+def _section(title: str) -> str:
+    """The text of the guide's section whose heading starts with `title`, up to the next heading."""
+    start = GUIDE.index(f"\n## {title}")
+    end = GUIDE.find("\n## ", start + 1)
+    return GUIDE[start : end if end != -1 else None]
+
+
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The cells of the markdown table whose header row starts with `header`."""
+    lines = text[text.index(header) :].splitlines()
+    rows = []
+    for line in lines[2:]:  # after the header and the |---| line
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_privilege_table_is_what_the_chart_renders() -> None:
+    """Each container the chart can render, with the user it runs as: the guide's table and the chart."""
+    rows = _table_rows(_section("6. Privileges"), "| DaemonSet | container | user |")
+    documented, daemonset = {}, ""
+    for cells in rows:
+        daemonset = cells[0].strip("`") or daemonset
+        documented[(daemonset, cells[1].strip("`"))] = cells[2]
+    objs = render({"gfd": {"enabled": True}, "health": {"port": 8080}}, set_files=CONFIG_FILES)
+    rendered = {}
+    for name, ds in by_kind(objs, "DaemonSet").items():
+        spec = ds["spec"]["template"]["spec"]
+        for ctr in spec["initContainers"] + spec["containers"]:
+            uid = (ctr.get("securityContext") or {}).get(
+                "runAsUser", spec["securityContext"].get("runAsUser")
+            )
+            rendered[(name, ctr["name"])] = "0" if uid == 0 else f"{uid}, non-root"
+    assert documented == rendered
+
+
+def _served_metric_names() -> set[str]:
+    """Every metric family a scrape of the plugin's /metrics shows, from the plugin's own metrics code with
+    a registered resource and a PodResources API that answers."""
+    import asyncio
+
+    from kubegpu.api.podresources.v1 import api_pb2
+    from kubegpu.plugin.metrics import PluginMetrics
+
+    class Status:
+        def expected_resources(self) -> list[str]:
+            return ["nvidia.com/gpu"]
+
+        def registration(self, resource: str) -> None:
+            return None
+
+        def current_kubelet(self) -> None:
+            return None
+
+    class PodResources:
+        socket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+        async def list(self) -> api_pb2.ListPodResourcesResponse:
+            return api_pb2.ListPodResourcesResponse()
+
+    body, _ = asyncio.run(PluginMetrics(status=Status(), pod_resources=PodResources()).render())  # type: ignore[arg-type]
+    names = set(re.findall(r"^# TYPE (\S+) ", body.decode(), re.MULTILINE))
+    return {n for n in names if not n.endswith("_created")}  # the client library's timestamps
+
+
+def test_the_guide_lists_every_series_the_endpoint_serves() -> None:
+    """What /metrics tells whoever reaches it: the guide's table names every kubegpu series, no more."""
+    section = _section("5. Health endpoint and metrics")
+    listed = {cells[0].strip("`") for cells in _table_rows(section, "| series | labels |")}
+    served = _served_metric_names()
+    assert listed == {n for n in served if n.startswith("kubegpu_")}
+    assert {n for n in served if not n.startswith("kubegpu_")} <= {
+        "python_info",
+        *(n for n in served if n.startswith("process_")),
+    }
+    assert "`process_*`" in section and "`python_info`" in section
+    pods = [cells for cells in _table_rows(section, "| series | labels |") if "pod_device_info" in cells[0]]
+    assert set(re.findall(r"`(\w+)`", pods[0][1])) == {
+        "namespace",
+        "pod",
+        "container",
+        "resource",
+        "device_id",
+        "uuid",
+    }
+
+
+def test_the_network_policy_example_lets_prometheus_reach_the_plugin_pods_only() -> None:
+    import kubernetes_validate
+
+    blocks = re.findall(r"```yaml\n(.*?)```", _section("5. Health endpoint and metrics"), re.DOTALL)
+    (policy,) = [yaml.safe_load(b) for b in blocks if "kind: NetworkPolicy" in b]
+    for version in ("1.25.0", "1.32.0"):
+        kubernetes_validate.validate(policy, version, strict=True)
+    health_values = yaml.safe_load((ROOT / "deployments/helm/examples/values-health.yaml").read_text())
+    objs = render(files=[ROOT / "deployments/helm/examples/values-health.yaml"], set_files=CONFIG_FILES)
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    for name, ds in by_kind(objs, "DaemonSet").items():
+        labels = ds["spec"]["template"]["metadata"]["labels"]
+        assert (selector.items() <= labels.items()) is (name == "kubegpu-device-plugin"), name
+        assert ds["metadata"]["namespace"] == policy["metadata"]["namespace"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": health_values["health"]["port"]}]
+    assert rule["from"] and all(
+        "namespaceSelector" in peer and "podSelector" in peer for peer in rule["from"]
+    )
