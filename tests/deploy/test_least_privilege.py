@@ -5,9 +5,14 @@ chosen address, and the CDI directory mounted exactly when the plugin may write 
 from __future__ import annotations
 
 import http.server
+import os
 import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -345,3 +350,85 @@ def test_an_address_with_spaces_is_refused(address: str) -> None:
 
     with pytest.raises(HelmError, match="at '/health/address'"):
         render({"health": {"port": 8080, "address": address}})
+
+
+# ------------------------------------------------------------ the reasons, on this machine's kernel
+
+SETPRIV = shutil.which("setpriv") or "setpriv"
+needs_root = pytest.mark.skipif(
+    not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("setpriv")),
+    reason="needs uid 0 and util-linux setpriv to run commands as other users without capabilities",
+)
+
+
+def run_as(uid: int, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -c code args` as `uid` with no capabilities at all, as the chart's containers run."""
+    drop = ["--inh-caps=-all", "--bounding-set=-all", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    return subprocess.run(
+        [SETPRIV, *drop, sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@needs_root
+def test_the_uids_the_chart_picks_are_the_ones_the_host_permissions_need() -> None:
+    """With the users the chart gives each container and no capabilities: the daemon can serve in and
+    connect to the kubelet's root-only directory and the init container could not; the init container's
+    config link is replaced by the sidecar and read by the daemon; the sidecar can signal the daemon and
+    the init container's user could not."""
+    objs = render(set_files=CONFIG_FILES)
+    spec = pod_spec(plugin_ds(objs))
+    uid_of = {
+        c["name"]: effective(spec, c, "runAsUser")
+        for c in (spec["initContainers"] or []) + spec["containers"]
+    }
+    daemon, sidecar = uid_of[PLUGIN_CTR], uid_of["kubegpu-device-plugin-sidecar"]
+    init = uid_of["kubegpu-device-plugin-init"]
+    host = Path(tempfile.mkdtemp(prefix="kg-uids-"))
+    try:
+        host.chmod(0o755)
+        plugins = host / "device-plugins"  # the kubelet's: root:root 0750, with its root-owned socket
+        plugins.mkdir(mode=0o750)
+        kubelet = socket.socket(socket.AF_UNIX)
+        kubelet.bind(str(plugins / "kubelet.sock"))
+        kubelet.listen()
+        serve = (
+            "import socket, sys; d = sys.argv[1]; s = socket.socket(socket.AF_UNIX); "
+            "s.bind(d + '/nvidia-gpu-' + sys.argv[2] + '.sock'); "
+            "socket.socket(socket.AF_UNIX).connect(d + '/kubelet.sock')"
+        )
+        assert run_as(daemon, serve, str(plugins), "daemon").returncode == 0
+        refused = run_as(init, serve, str(plugins), "init")
+        assert "PermissionError" in refused.stderr, refused.stderr  # why the plugin is not non-root
+
+        available, config = host / "available-configs", host / "config"  # ConfigMap volume, emptyDir
+        available.mkdir(mode=0o755)
+        config.mkdir()
+        config.chmod(0o777)
+        for name in ("a", "b"):
+            (available / name).write_text(f"version: v1 # {name}\n")
+        link = (
+            "import sys; from kubegpu.configmanager.symlink import update_symlink; "
+            "update_symlink(sys.argv[2], sys.argv[1], sys.argv[3])"
+        )
+        dst = str(config / "config.yaml")
+        assert run_as(init, link, str(available), "a", dst).returncode == 0
+        relinked = run_as(sidecar, link, str(available), "b", dst)
+        assert relinked.returncode == 0, relinked.stderr
+        read = run_as(daemon, "import sys; print(open(sys.argv[1]).read(), end='')", dst)
+        assert read.stdout == "version: v1 # b\n", read.stderr
+
+        hup = "import os, signal, sys; os.kill(int(sys.argv[1]), signal.SIGHUP)"
+        target = subprocess.Popen(
+            [SETPRIV, f"--reuid={daemon}", f"--regid={daemon}", "--clear-groups", "sleep", "60"]
+        )
+        try:
+            denied = run_as(init, hup, str(target.pid))
+            assert "PermissionError" in denied.stderr, denied.stderr  # why the sidecar is not non-root
+            assert run_as(sidecar, hup, str(target.pid)).returncode == 0
+            assert target.wait(timeout=30) == -signal.SIGHUP
+        finally:
+            target.kill()
+            target.wait()
+        kubelet.close()
+    finally:
+        shutil.rmtree(host)
