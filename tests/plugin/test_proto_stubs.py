@@ -13,7 +13,7 @@ from kubegpu.api.v1beta1 import api_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 API_DIRS = ("v1beta1", "podresources/v1")
-STUBS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+STUBS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("grpc_tools") is None, reason="grpcio-tools not installed")
