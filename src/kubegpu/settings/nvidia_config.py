@@ -189,7 +189,8 @@ def apply_nvidia_restrictions(config: Config, allow_customization: bool) -> list
         warnings.append("Customizing the 'resources' field is not yet supported in the config. Ignoring...")
         config.resources = None
     sharing = config.sharing
-    for key, block in (("timeSlicing", sharing and sharing.timeSlicing), ("mps", sharing and sharing.mps)):
+    blocks = (("timeSlicing", sharing.timeSlicing), ("mps", sharing.mps)) if sharing is not None else ()
+    for key, block in blocks:
         if block is None:
             continue
         where = f"sharing.{key}.resources"

@@ -15,6 +15,7 @@ import gc
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -30,7 +31,7 @@ from kubegpu.toolkit.snapshot import Snapshot, SnapshotError, load_snapshot
 USAGE_ERROR = 2
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(USAGE_ERROR)
 

@@ -7,6 +7,7 @@ is Pending, 4 the device plugin crash-loops, 5 the GPU request is malformed.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MAX_LISTED = 10  # names shown in one finding's evidence
@@ -21,7 +22,7 @@ class Finding:
     fault: int | None
     fix: str
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

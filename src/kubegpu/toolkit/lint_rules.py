@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from kubegpu.toolkit.cluster_facts import ClusterFacts
 from kubegpu.toolkit.manifests import Path, Workload, path_text
@@ -93,7 +94,7 @@ class Finding:
     message: str
     fix: str
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -124,7 +124,8 @@ def _walk(obj: Any, source: Source, prefix: Path, out: Manifests) -> None:
     if spec_path is None:
         out.skipped[kind] = out.skipped.get(kind, 0) + 1
         return
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = obj.get("metadata")
+    meta = metadata if isinstance(metadata, dict) else {}
     name = str(meta.get("name") or meta.get("generateName") or "<unnamed>")
     namespace = str(meta.get("namespace") or "")
     raw: Any = obj

@@ -8,6 +8,7 @@ helpers at the bottom so callers never test for None.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 import msgspec
@@ -107,8 +108,9 @@ class SchedulingGate(_Obj):
 class PodSpecLite(_Obj):
     """What every bound pod must keep: enough to count its requests against its node."""
 
-    containers: list[ContainerLite] | None = None
-    init_containers: list[ContainerLite] | None = None
+    # Sequence, not list: PodSpec narrows these to full Containers (a list would be invariant).
+    containers: Sequence[ContainerLite] | None = None
+    init_containers: Sequence[ContainerLite] | None = None
     node_name: str | None = None
     runtime_class_name: str | None = None
     overhead: dict[str, Quantity] | None = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.model import (
     Node,
@@ -242,7 +244,7 @@ def _cached_requests(spec: PodSpecLite, shapes: dict[tuple[object, ...], dict[st
     return reqs
 
 
-def _shape(resources: object) -> object:
+def _shape(resources: msgspec.Raw | ResourceRequirements | None) -> object:
     """A hashable stand-in for a container's resources: the raw JSON of a lite container, else the items."""
     if resources is None:
         return None
@@ -251,7 +253,7 @@ def _shape(resources: object) -> object:
             tuple(resources.requests.items()) if resources.requests else None,
             tuple(resources.limits.items()) if resources.limits else None,
         )
-    return bytes(resources)  # type: ignore[arg-type]
+    return bytes(resources)
 
 
 # --- the filters -------------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ from typing import Any
 
 from kubegpu.settings.env import NvmlSelection
 
-# The pynvml module or a FakeNvml: the same function names, signatures, constants and errors.
+# The pynvml module or a FakeNvml: the same function names, signatures, constants and errors. Left
+# untyped for callers; typings/pynvml.pyi declares that surface and tests/node/test_pynvml_stub.py checks
+# it against pynvml, the fake against it, and that the code uses nothing it does not declare.
 NvmlApi = Any
 
 

@@ -284,6 +284,7 @@ class FakeNvml(EventCalls):
         found = next((p for p in mig.profiles if p.index == profile), None)
         if found is None:
             fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        info: pynvml.c_nvmlGpuInstanceProfileInfo_t | pynvml.c_nvmlGpuInstanceProfileInfo_v2_t
         if version == 2:
             info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
             info.name = f"MIG {found.name}".encode()

@@ -122,8 +122,8 @@ def build_gpus(profile: Profile) -> tuple[Gpu, ...]:
     gpus = []
     for i, spec in enumerate(profile.gpus):
         model = profile.models[spec.model]
-        links = tuple(ports[i] + [None] * (model.nvlinks - len(ports[i])))
-        gpus.append(Gpu(i, spec, model, links, _build_migs(spec, model)))
+        by_port = tuple(ports[i] + [None] * (model.nvlinks - len(ports[i])))
+        gpus.append(Gpu(i, spec, model, by_port, _build_migs(spec, model)))
     return tuple(gpus)
 
 

@@ -25,14 +25,14 @@ _GPU_UUID = r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$
 _MIG_UUID = r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 _NVML_BUS_ID = r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$"  # NVML's own form: 8-digit domain, upper case
 
-EVENT_TYPES: dict[str, int] = {
+EventName = Literal["xid", "single_bit_ecc", "double_bit_ecc", "pstate", "clock"]
+EVENT_TYPES: dict[EventName, int] = {
     "xid": pynvml.nvmlEventTypeXidCriticalError,
     "single_bit_ecc": pynvml.nvmlEventTypeSingleBitEccError,
     "double_bit_ecc": pynvml.nvmlEventTypeDoubleBitEccError,
     "pstate": pynvml.nvmlEventTypePState,
     "clock": pynvml.nvmlEventTypeClock,
 }
-EventName = Literal["xid", "single_bit_ecc", "double_bit_ecc", "pstate", "clock"]
 
 
 class _Schema(BaseModel):
