@@ -106,3 +106,48 @@ def test_never_crashes_on_garbage(text: str) -> None:
 def test_sign_only_flips(sign: str, whole: str, suffix: str) -> None:
     magnitude = quantity.parse_nanos(whole + suffix)
     assert quantity.parse_nanos(sign + whole + suffix) == (-magnitude if sign == "-" else magnitude)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("-1", "-1"),
+        ("1.5", "1500m"),
+        ("0.5", "500m"),
+        ("2000", "2k"),
+        ("1e3", "1e3"),
+        ("1024Mi", "1Gi"),
+        ("1536Mi", "1536Mi"),
+        ("1.5Gi", "1536Mi"),
+        ("512Ki", "512Ki"),
+        ("-1Gi", "-1Gi"),
+        ("100n", "100n"),
+        ("0", "0"),
+        ("0.0", "0"),
+    ],
+)
+def test_canonical_is_how_the_api_server_prints_a_quantity(text: str, shown: str) -> None:
+    assert quantity.canonical(text) == shown
+
+
+FORMAT_WRONG = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+
+
+@pytest.mark.parametrize(
+    ("text", "apiserver"),
+    [
+        ("", FORMAT_WRONG),
+        ("1.2.3", FORMAT_WRONG),
+        ("1K", "unable to parse quantity's suffix"),
+        ("1e", "unable to parse quantity's suffix"),
+    ],
+)
+def test_errors_carry_apimachinerys_text(text: str, apiserver: str) -> None:
+    with pytest.raises(QuantityError) as err:
+        quantity.parse(text)
+    assert err.value.apiserver == apiserver
+
+
+@given(whole=digits, suffix=st.sampled_from(sorted(DECIMAL | BINARY)))
+def test_canonical_keeps_the_value(whole: str, suffix: str) -> None:
+    assert quantity.parse(quantity.canonical(whole + suffix)) == quantity.parse(whole + suffix)

@@ -5,7 +5,7 @@ API server, never schedule, or fail at admission; "warning" means it runs but no
 Rules marked (snapshot) need `--snapshot`, a dump of the target cluster.
 
 The rules and their findings are in `lint_rules`; the per-container rules in `lint_containers`, the
-snapshot rules in `lint_cluster`.
+workload's pod counts in `lint_workload`, the snapshot rules in `lint_cluster`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from kubegpu.toolkit.lint_cluster import check_cluster
 from kubegpu.toolkit.lint_containers import check_container
 from kubegpu.toolkit.lint_rules import ERROR, RULES, Finding, LintContext, LintOptions, all_containers
+from kubegpu.toolkit.lint_workload import check_counts
 from kubegpu.toolkit.manifests import Manifests, path_text
 
 __all__ = ["RULES", "Finding", "LintOptions", "exit_code", "lint"]
@@ -41,6 +42,7 @@ def lint(manifests: Manifests, options: LintOptions | None = None) -> list[Findi
         )
     for workload in manifests.workloads:
         ctx = LintContext(workload, options, findings)
+        check_counts(ctx)
         for group, index, c in all_containers(workload):
             check_container(ctx, group, index, c)
         if options.cluster is not None:

@@ -6,8 +6,8 @@ import contextlib
 import re
 
 from kubegpu.common.k8s_names import is_extended_resource_name
+from kubegpu.toolkit import apierrors, quantity
 from kubegpu.toolkit import pod_requests as res
-from kubegpu.toolkit import quantity
 from kubegpu.toolkit.lint_rules import ERROR, LOOKS_LIKE_GPU, WARNING, LintContext
 from kubegpu.toolkit.manifests import Path, Workload
 from kubegpu.toolkit.model import Container, limits, requests
@@ -19,21 +19,48 @@ _VALID_NVIDIA = re.compile(
 
 
 def _quantity_checks(ctx: LintContext, where: Path, c: Container) -> dict[str, dict[str, int | None]]:
-    """KG004/KG003 per quantity; returns parsed nanos {'requests': {...}, 'limits': {...}} (None = bad)."""
+    """KG004/KG015/KG003 per quantity; returns parsed nanos {'requests': {...}, 'limits': {...}} (None =
+    bad or negative: what the API server refuses counts for nothing)."""
     parsed: dict[str, dict[str, int | None]] = {}
+    w = ctx.workload
     for part, amounts in (("requests", requests(c)), ("limits", limits(c))):
         parsed[part] = {}
         for name, raw in amounts.items():
             qpath = (*where, "resources", part, name)
+            field = apierrors.field_path(ctx.api_path((*where, "resources", part)), name)
             try:
                 nanos = quantity.parse_nanos(raw)
             except quantity.QuantityError as exc:
+                refused = (
+                    "; the API server refuses the object: "
+                    + apierrors.cannot_decode(w.kind, w.api_version, exc.apiserver)
+                    if exc.apiserver
+                    else ""
+                )
                 ctx.add(
-                    "KG004", qpath, f"{name}: {exc}", "write a Kubernetes quantity: 1, 500m, 2Gi, 1e3", c.name
+                    "KG004",
+                    qpath,
+                    f"{name}: {exc}{refused}",
+                    "write a Kubernetes quantity: 1, 500m, 2Gi, 1e3",
+                    c.name,
                 )
                 parsed[part][name] = None
                 continue
-            parsed[part][name] = nanos
+            shown = quantity.canonical(raw)
+            if nanos < 0:
+                ctx.add(
+                    "KG015",
+                    qpath,
+                    f"{part}.{name} is {raw!r}, a negative amount; the API server refuses it: "
+                    + apierrors.invalid(field, shown, apierrors.IS_NEGATIVE),
+                    f"ask for 0 or more; for GPUs a whole number such as {name}: 1"
+                    if is_extended_resource_name(name)
+                    else "ask for 0 or more, e.g. 500m of cpu or 2Gi of memory",
+                    c.name,
+                )
+                parsed[part][name] = None
+            else:
+                parsed[part][name] = nanos
             if is_extended_resource_name(name) and nanos % quantity.NANO != 0:
                 share = (
                     "request a MIG profile (nvidia.com/mig-1g.10gb) or a time-sliced/MPS replica "
@@ -43,7 +70,7 @@ def _quantity_checks(ctx: LintContext, where: Path, c: Container) -> dict[str, d
                     "KG003",
                     qpath,
                     f"{part}.{name} is {raw!r}, but extended resources such as GPUs are whole devices; "
-                    "the API server rejects it (must be an integer)",
+                    "the API server refuses it: " + apierrors.invalid(field, shown, apierrors.NOT_INTEGER),
                     f"use a whole number; to give a container part of a GPU, {share}",
                     c.name,
                 )

@@ -74,6 +74,13 @@ RULES = {
             WARNING,
             "one container uses both DRA claims and device-plugin GPUs",
         ),
+        Rule("KG015", "negative-quantity", ERROR, "a resource quantity is negative"),
+        Rule(
+            "KG016",
+            "invalid-pod-count",
+            ERROR,
+            "replicas, parallelism or completions is not a whole number of 0 or more",
+        ),
     )
 }
 
@@ -118,10 +125,13 @@ class LintContext:
         fix: str,
         container: str | None = None,
         severity: str | None = None,
+        *,
+        from_object: bool = False,
     ) -> None:
+        """Record a finding at `path`, taken from the pod spec (or from the object with `from_object`)."""
         rule = RULES[rule_id]
         w = self.workload
-        full = (*w.spec_path, *path)
+        full = (*w.object_path, *path) if from_object else (*w.spec_path, *path)
         self.findings.append(
             Finding(
                 rule=rule.id,
@@ -137,6 +147,11 @@ class LintContext:
                 fix=fix,
             )
         )
+
+    def api_path(self, path: Path) -> Path:
+        """`path` (from the pod spec) from the object's root, as the API server names fields."""
+        w = self.workload
+        return (*w.spec_path[len(w.object_path) :], *path)
 
 
 def all_containers(w: Workload) -> Iterator[tuple[str, int, Container]]:

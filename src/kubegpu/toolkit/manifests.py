@@ -31,6 +31,20 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "PodTemplate": ("template", "spec"),
 }
 
+# The counts of pods a workload asks for (int32 fields the API server requires to be >= 0), with the Go
+# struct that holds each, for the API server's decoding errors.
+COUNT_FIELDS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    "Deployment": ((("spec", "replicas"), "DeploymentSpec"),),
+    "ReplicaSet": ((("spec", "replicas"), "ReplicaSetSpec"),),
+    "StatefulSet": ((("spec", "replicas"), "StatefulSetSpec"),),
+    "ReplicationController": ((("spec", "replicas"), "ReplicationControllerSpec"),),
+    "Job": ((("spec", "parallelism"), "JobSpec"), (("spec", "completions"), "JobSpec")),
+    "CronJob": (
+        (("spec", "jobTemplate", "spec", "parallelism"), "JobSpec"),
+        (("spec", "jobTemplate", "spec", "completions"), "JobSpec"),
+    ),
+}
+
 Path = tuple[str | int, ...]
 
 
@@ -78,6 +92,10 @@ class Workload:
     namespace: str
     spec_path: Path  # from the document root to the pod spec
     spec: PodSpec
+    api_version: str = ""
+    object_path: Path = ()  # from the document root to the object (inside a List: items[i])
+    # COUNT_FIELDS present in the object: (path from the object, Go struct, value as written)
+    counts: list[tuple[Path, str, Any]] = field(default_factory=list)
 
     @property
     def ref(self) -> str:
@@ -148,7 +166,15 @@ def _walk(obj: Any, source: Source, prefix: Path, out: Manifests) -> None:
         where = str(exc).replace("$", path_text(full_path), 1)
         out.problems.append(Problem(source, full_path, where, f"{kind}/{name}"))
         return
-    out.workloads.append(Workload(source, kind, name, namespace, full_path, spec))
+    api_version = obj.get("apiVersion")
+    workload = Workload(source, kind, name, namespace, full_path, spec, str(api_version or ""), prefix)
+    for count_path, struct in COUNT_FIELDS.get(kind, ()):
+        value: Any = obj
+        for part in count_path:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            workload.counts.append((count_path, struct, value))
+    out.workloads.append(workload)
 
 
 def _yaml_documents(text: str, file: str) -> Iterator[tuple[Source, Any]]:

@@ -13,7 +13,9 @@ from functools import lru_cache
 
 import msgspec
 
-Quantity = str | int | float  # on the wire a string; a hand-written manifest may hold a bare number
+# On the wire a string; a hand-written manifest may hold a bare number, or a `true` that lint reports as
+# the API server does (quantity.parse_nanos refuses it).
+Quantity = str | int | float | bool
 
 
 class _Obj(msgspec.Struct, rename="camel", gc=False, omit_defaults=True):

@@ -26,8 +26,22 @@ _UNITS = (
 )
 
 
+# apimachinery's parse errors (resource.ErrFormatWrong, resource.ErrSuffix): what the API server answers
+# when it cannot decode a quantity.
+SPLIT_RE = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+ERR_FORMAT_WRONG = f"quantities must match the regular expression '{SPLIT_RE}'"
+ERR_SUFFIX = "unable to parse quantity's suffix"
+
+
 class QuantityError(ValueError):
-    """A string that Kubernetes would reject as a resource quantity."""
+    """A string that Kubernetes would reject as a resource quantity.
+
+    `apiserver` is apimachinery's own error for it (ERR_FORMAT_WRONG, ERR_SUFFIX), or "" where Kubernetes
+    would accept it and only we refuse (an exponent so large it would eat the machine)."""
+
+    def __init__(self, message: str, apiserver: str = "") -> None:
+        super().__init__(message)
+        self.apiserver = apiserver
 
 
 def _split(text: str) -> tuple[bool, str, str, str]:
@@ -56,7 +70,9 @@ def _split(text: str) -> tuple[bool, str, str, str]:
     while pos < end and text[pos] in _DIGITS:
         pos += 1
     if pos != end:
-        raise QuantityError(f"quantity {text!r} is not a number followed by an optional unit; {_UNITS}")
+        raise QuantityError(
+            f"quantity {text!r} is not a number followed by an optional unit; {_UNITS}", ERR_FORMAT_WRONG
+        )
     return positive, whole, frac, text[suffix_start:]
 
 
@@ -73,13 +89,13 @@ def _multiplier(suffix: str, text: str) -> tuple[Fraction, bool]:
             if abs(int(exp)) > _MAX_EXPONENT:  # guard against 1e999999999 eating the machine
                 raise QuantityError(f"quantity {text!r} has an exponent beyond ±{_MAX_EXPONENT}")
             return Fraction(10) ** int(exp), False
-    raise QuantityError(f"quantity {text!r} has an unknown unit {suffix!r}; {_UNITS}")
+    raise QuantityError(f"quantity {text!r} has an unknown unit {suffix!r}; {_UNITS}", ERR_SUFFIX)
 
 
 @lru_cache(maxsize=8192)
 def _parse_text(text: str) -> int:
     if not text:
-        raise QuantityError("quantity is empty; write a number such as 1, 500m or 2Gi")
+        raise QuantityError("quantity is empty; write a number such as 1, 500m or 2Gi", ERR_FORMAT_WRONG)
     positive, whole, frac, suffix = _split(text)
     mult, binary = _multiplier(suffix, text)
     number = Fraction(int(whole or "0")) + (Fraction(int(frac), 10 ** len(frac)) if frac else 0)
@@ -98,14 +114,51 @@ def parse_nanos(raw: str | int | float) -> int:
     Accepts what a manifest may hold: a string, or a bare YAML/JSON number.
     """
     if isinstance(raw, bool):
-        raise QuantityError(f"quantity {raw!r} is a boolean; write a number such as 1 or 500m")
+        # The API server reads `true` as the text "true", which is no quantity.
+        raise QuantityError(
+            f"quantity {raw!r} is a boolean; write a number such as 1 or 500m", ERR_FORMAT_WRONG
+        )
     if isinstance(raw, int):
         return raw * NANO
     if isinstance(raw, float):
         raw = repr(raw)
     if not isinstance(raw, str):
-        raise QuantityError(f"quantity {raw!r} is not a string or a number")
+        raise QuantityError(f"quantity {raw!r} is not a string or a number", ERR_FORMAT_WRONG)
     return _parse_text(raw)
+
+
+def _suffix_of(raw: str | int | float) -> str:
+    text = raw if isinstance(raw, str) else repr(raw) if isinstance(raw, float) else str(raw)
+    return _split(text)[3]
+
+
+_DECIMAL_BY_EXPONENT = {exp: suffix for suffix, exp in _DECIMAL_SI.items()}
+_BINARY_BY_SHIFT = {shift: suffix for suffix, shift in _BINARY_SI.items()}
+
+
+def canonical(raw: str | int | float) -> str:
+    """`Quantity.String()`: the canonical form the API server prints a quantity in (`1.5` -> `1500m`,
+    `2000` -> `2k`, `1024Mi` -> `1Gi`), in the format its suffix chose (decimal SI, binary SI, exponent)."""
+    nanos = parse_nanos(raw)
+    if nanos == 0:
+        return "0"
+    suffix = _suffix_of(raw)
+    binary = suffix in _BINARY_SI
+    exponent_form = len(suffix) > 1 and suffix[0] in "eE"
+    if binary and nanos % NANO == 0 and abs(nanos) >= 1024 * NANO:
+        amount, shift = nanos // NANO, 0
+        while amount % 1024 == 0 and shift < 60:
+            amount, shift = amount // 1024, shift + 10
+        return f"{amount}{_BINARY_BY_SHIFT.get(shift, '')}"
+    # Decimal: strip the trailing zeros, then lower the exponent to a multiple of 3 (AsCanonicalBytes).
+    mantissa, exponent = nanos, -9
+    while mantissa % 10 == 0:
+        mantissa, exponent = mantissa // 10, exponent + 1
+    extra = exponent % 3
+    mantissa, exponent = mantissa * 10**extra, exponent - extra
+    if not exponent_form and exponent in _DECIMAL_BY_EXPONENT:
+        return f"{mantissa}{_DECIMAL_BY_EXPONENT[exponent]}"
+    return f"{mantissa}e{exponent}" if exponent else str(mantissa)
 
 
 def parse(raw: str | int | float) -> Fraction:
