@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -166,3 +172,95 @@ def test_the_network_policy_example_lets_prometheus_reach_the_plugin_pods_only()
     assert rule["from"] and all(
         "namespaceSelector" in peer and "podSelector" in peer for peer in rule["from"]
     )
+
+
+# --- what the guide quotes is what the programs print ---------------------------------------------------
+
+
+def _console_blocks(text: str) -> list[str]:
+    return re.findall(r"```console\n(.*?)```", text, re.DOTALL)
+
+
+def _quoted_log_lines() -> list[str]:
+    """The plugin's log lines section 3 shows (`... ` stands for the timestamp)."""
+    (block,) = [b for b in _console_blocks(_section("3. Verify")) if "logs ds/kubegpu-device-plugin" in b]
+    return [line.removeprefix("... ") for line in block.splitlines() if line.startswith("... ")]
+
+
+def test_the_plugin_log_the_guide_quotes_is_what_the_plugin_prints() -> None:
+    """The plugin on a simulated DGX A100 (8 GPUs, driver 550.90.07, CUDA 12.4, as in the guide) logs each
+    quoted line, in that order, with only the kubelet's directory differing."""
+    from kubegpu.demo.simnode import SimulatedNode
+
+    quoted = _quoted_log_lines()
+    assert len(quoted) == 4 and quoted[0].startswith("INFO kubegpu.plugin.daemon: discovered 8 GPU(s)")
+
+    async def plugin_log() -> tuple[str, str]:
+        async with SimulatedNode("dgx-a100") as node:
+            node.start_plugin()
+            await node.wait_allocatable(8)
+            await node.sim.wait_for(lambda: "opened ListAndWatch" in node.plugin_log(), timeout=10)
+            return node.plugin_log(), f"{node.plugin_dir}/"
+
+    log, plugin_dir = asyncio.run(plugin_log())
+    messages = [line.split(" ", 1)[1] for line in log.splitlines() if re.match(r"\d{4}-\d\d-\d\dT", line)]
+    expected = [q.replace("/var/lib/kubelet/device-plugins/", plugin_dir) for q in quoted]
+    found = [m for m in messages if m in expected]
+    assert found == expected, log
+
+
+def test_the_missing_nvml_message_the_guide_quotes_is_the_plugins() -> None:
+    quoted = re.search(r"without it, it logs `([^`]+)` \.\.\. and exits", " ".join(GUIDE.split()))
+    assert quoted, "section 1 should quote what the plugin logs without libnvidia-ml.so.1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kubegpu", "plugin", "--kubelet-socket", ""],
+        env={**os.environ, "KUBEGPU_FAKE_NVML": "no-library"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert quoted.group(1) in " ".join(proc.stderr.split())
+
+
+def test_the_config_manager_line_the_guide_quotes_is_the_config_managers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kubegpu.configmanager.manager import Settings, update_config
+
+    (line,) = [
+        ln
+        for b in _console_blocks(_section("4. Sharing and MIG"))
+        for ln in b.splitlines()
+        if "Updating" in ln
+    ]
+    quoted = line.removeprefix("...")
+    configs = tmp_path / "available-configs"
+    configs.mkdir()
+    (configs / "time-slicing").write_text("version: v1\n")
+    settings = Settings(
+        node_name="gpu-1",
+        config_file_srcdir=str(configs),
+        config_file_dst=str(tmp_path / "config.yaml"),
+        send_signal=False,
+    )
+    caplog.set_level(logging.INFO, "kubegpu.configmanager")
+    update_config("time-slicing", settings)
+    assert quoted in caplog.messages
+
+
+def test_no_comment_or_guide_points_at_work_still_to_land() -> None:
+    """Notes like "Pending (issue 3)" or "until issue 5 lands" go stale the day the work lands."""
+    stale = re.compile(r"(?i)\bissue \d+\b|\buntil .{0,40}\blands\b|\bpending \(")
+    files = [
+        ROOT / "docs/install.md",
+        *sorted((ROOT / "deployments").rglob("*.y*ml")),
+        *sorted((ROOT / "deployments/helm/kubegpu/templates").glob("*")),
+    ]
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if stale.search(line)
+    ]
+    assert hits == []

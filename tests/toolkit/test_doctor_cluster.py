@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import msgspec
+import pytest
 from click.testing import CliRunner
 
 from kubegpu.toolkit.cli import doctor
@@ -154,3 +155,80 @@ def test_cordoned_gpu_node_is_not_blamed_on_its_unschedulable_taint() -> None:
     snap.pods = [p for p in snap.pods if p.spec.node_name != "t4-3" or "device-plugin" not in p.metadata.name]
     coverage = [f for f in doctor_cluster(snap) if f.check == "plugin-coverage" and f.object == "node/t4-3"]
     assert coverage and all("unschedulable" not in f.evidence for f in coverage)
+
+
+def test_the_labels_and_mps_daemonsets_are_not_taken_for_the_plugin() -> None:
+    """They run kubegpu's image too, but not the plugin: a GPU node without an MPS daemon (it only goes to
+    nodes labelled mps.capable) or without a labels pod is no plugin-coverage failure."""
+    import yaml
+
+    root = CLUSTER.parents[3]
+    docs = [
+        d
+        for name in ("kubegpu-with-config.yml", "mps-control-daemon.yml")
+        for d in yaml.safe_load_all((root / "deployments/static" / name).read_text())
+        if d and d["kind"] == "DaemonSet"
+    ]
+    assert {d["metadata"]["name"] for d in docs} == {
+        "kubegpu-device-plugin",
+        "kubegpu-labels",
+        "kubegpu-mps-control-daemon",
+    }
+    node = msgspec.convert(
+        {"metadata": {"name": "g1", "labels": {"nvidia.com/gpu.present": "true"}}, "status": {}}, Node
+    )
+    plugin_pod = msgspec.convert(
+        {
+            "metadata": {
+                "name": "p",
+                "namespace": "kube-system",
+                "ownerReferences": [{"kind": "DaemonSet", "name": "kubegpu-device-plugin"}],
+            },
+            "spec": {"nodeName": "g1"},
+        },
+        Pod,
+    )
+    snap = Snapshot(nodes=[node], pods=[plugin_pod], daemonsets=[msgspec.convert(d, DaemonSet) for d in docs])
+    coverage = [f for f in doctor_cluster(snap) if f.check == "plugin-coverage"]
+    assert [(f.status, f.object) for f in coverage] == [("ok", "daemonset/kube-system/kubegpu-device-plugin")]
+
+
+@pytest.mark.parametrize(
+    ("name", "image", "command", "plugin"),
+    [
+        ("nvdp-nvidia-device-plugin", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1", None, True),
+        (
+            "nvdp-nvidia-device-plugin",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+            ["nvidia-device-plugin"],
+            True,
+        ),
+        (
+            "nvdp-gpu-feature-discovery",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+            ["gpu-feature-discovery"],
+            False,
+        ),
+        (
+            "nvdp-mps-control-daemon",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+            ["mps-control-daemon"],
+            False,
+        ),
+        ("kubegpu-device-plugin", "r/kubegpu:v0.1.0", ["kubegpu", "plugin"], True),
+        ("kubegpu-labels", "r/kubegpu:v0.1.0", ["kubegpu", "labels"], False),
+        ("kubegpu-mps-control-daemon", "r/kubegpu:v0.1.0", ["python", "-m", "kubegpu.mps", "run"], False),
+    ],
+)
+def test_the_plugin_is_known_by_what_its_image_runs(
+    name: str, image: str, command: list[str] | None, plugin: bool
+) -> None:
+    from kubegpu.toolkit.cluster_facts import is_plugin_daemonset
+
+    container: dict[str, Any] = {"name": "c", "image": image}
+    if command:
+        container["command"] = command
+    ds = msgspec.convert(
+        {"metadata": {"name": name}, "spec": {"template": {"spec": {"containers": [container]}}}}, DaemonSet
+    )
+    assert is_plugin_daemonset(ds) is plugin

@@ -25,7 +25,7 @@ from kubegpu.toolkit.findings import exit_code as findings_exit_code
 from kubegpu.toolkit.lint import RULES, LintOptions, exit_code
 from kubegpu.toolkit.lint import lint as run_lint
 from kubegpu.toolkit.manifests import Manifests, parse_text
-from kubegpu.toolkit.model import Pod
+from kubegpu.toolkit.model import DaemonSet, Pod
 from kubegpu.toolkit.snapshot import Snapshot, SnapshotError, load_snapshot
 
 USAGE_ERROR = 2
@@ -262,6 +262,14 @@ def _explain(pod_ref: str, snapshot_path: str | None, all_nodes: bool, as_json: 
     "without it the live cluster is read from the kubeconfig.",
 )
 @click.option(
+    "--preflight",
+    "preflight_path",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="With --cluster: check the device-plugin DaemonSet in this file (`helm template` output or a "
+    "static manifest; - for stdin) before applying it: that it lands on every GPU node, with the labels "
+    "the nodes keep once NVIDIA's release and its NFD are uninstalled, and pulls a kubegpu image tag.",
+)
+@click.option(
     "--host-root",
     type=click.Path(file_okay=False),
     default="/",
@@ -269,19 +277,49 @@ def _explain(pod_ref: str, snapshot_path: str | None, all_nodes: bool, as_json: 
     help="Node mode: where the host's filesystem is mounted (e.g. /host in a debug pod).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-def doctor(cluster_mode: bool, snapshot_path: str | None, host_root: str, as_json: bool) -> None:
+def doctor(
+    cluster_mode: bool,
+    snapshot_path: str | None,
+    preflight_path: str | None,
+    host_root: str,
+    as_json: bool,
+) -> None:
     """Diagnose the classic GPU faults on this node, or across the cluster with --cluster.
 
     Each finding has a status (ok, warn, fail), the evidence, the fault number it explains, and the fix.
+    With --preflight FILE, only the checks of the DaemonSet in FILE against the cluster are run.
     """
     if snapshot_path and not cluster_mode:
         _fail("--snapshot describes a cluster; add --cluster (node checks read --host-root instead)")
+    if preflight_path and not cluster_mode:
+        _fail("--preflight checks a DaemonSet against the cluster; add --cluster")
     with _collector_paused():
-        _doctor(cluster_mode, snapshot_path, host_root, as_json)
+        _doctor(cluster_mode, snapshot_path, preflight_path, host_root, as_json)
 
 
-def _doctor(cluster_mode: bool, snapshot_path: str | None, host_root: str, as_json: bool) -> None:
-    if cluster_mode:
+def _planned(path: str) -> list[DaemonSet]:
+    from kubegpu.toolkit.doctor_preflight import PreflightError, read_planned
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        return read_planned(text, "<stdin>" if path == "-" else path)
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror}")
+    except UnicodeDecodeError:
+        _fail(f"{path} is not UTF-8 text; --preflight reads YAML or JSON manifests")
+    except PreflightError as exc:
+        _fail(str(exc))
+
+
+def _doctor(
+    cluster_mode: bool, snapshot_path: str | None, preflight_path: str | None, host_root: str, as_json: bool
+) -> None:
+    if cluster_mode and preflight_path:
+        from kubegpu.toolkit.doctor_preflight import preflight
+
+        planned = _planned(preflight_path)
+        findings = preflight(planned, _snapshot_or_live(snapshot_path))
+    elif cluster_mode:
         from kubegpu.toolkit.doctor_cluster import doctor_cluster
 
         findings = doctor_cluster(_snapshot_or_live(snapshot_path))

@@ -6,11 +6,12 @@ exist and whether GPU pods must name one; `doctor --cluster` which nodes promise
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from kubegpu.common.k8s_names import is_extended_resource_name
 from kubegpu.toolkit import pod_requests as res
-from kubegpu.toolkit.model import DaemonSet, Node, allocatable, capacity
+from kubegpu.toolkit.model import Container, DaemonSet, Node, allocatable, capacity
 from kubegpu.toolkit.snapshot import Snapshot
 
 PLUGIN_IMAGES = ("k8s-device-plugin", "nvidia-device-plugin", "kubegpu")
@@ -36,11 +37,27 @@ def promises_gpus(node: Node) -> bool:
     )
 
 
+# The other daemons shipped in the plugin's image: GFD, the MPS control daemon, the config-manager.
+NOT_THE_PLUGIN = ("gpu-feature-discovery", "mps-control-daemon", "config-manager")
+
+
+def _runs_plugin(container: Container) -> bool:
+    if not any(marker in container.image for marker in PLUGIN_IMAGES):
+        return False
+    command = container.command or []
+    if not command:
+        return True  # the image's entrypoint: NVIDIA's image starts the plugin
+    text = " ".join(command)
+    if "kubegpu" in text:  # `kubegpu plugin`, `python -m kubegpu plugin`; not `python -m kubegpu.mps run`
+        return re.search(r"\bkubegpu plugin\b", text) is not None
+    return command[0].rpartition("/")[2] not in NOT_THE_PLUGIN
+
+
 def is_plugin_daemonset(ds: DaemonSet) -> bool:
-    """The NVIDIA (or our) device plugin, recognised by its image or its name."""
-    images = [c.image for c in ds.spec.template.spec.containers or []]
+    """The NVIDIA (or our) device plugin, recognised by the command its image runs, or its name; not the
+    GFD, labels or MPS DaemonSets that run the same image."""
     name = ds.metadata.name
-    return any(any(marker in image for marker in PLUGIN_IMAGES) for image in images) or (
+    return any(_runs_plugin(c) for c in ds.spec.template.spec.containers or []) or (
         "device-plugin" in name and ("nvidia" in name or "gpu" in name)
     )
 

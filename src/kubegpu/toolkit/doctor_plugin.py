@@ -19,7 +19,7 @@ def plugin_daemonsets(snap: Snapshot) -> list[DaemonSet]:
     return [ds for ds in snap.daemonsets if is_plugin_daemonset(ds)]
 
 
-def _owned_by(pod: PodLite, ds: DaemonSet) -> bool:
+def owned_by(pod: PodLite, ds: DaemonSet) -> bool:
     return pod.metadata.namespace == ds.metadata.namespace and any(
         o.kind == "DaemonSet" and o.name == ds.metadata.name for o in pod.metadata.owner_references or []
     )
@@ -41,7 +41,7 @@ def check_plugin_daemonsets(snap: Snapshot, nodes_by_name: dict[str, Node]) -> I
     for ds in daemonsets:
         ds_ref = f"daemonset/{ds.metadata.namespace}/{ds.metadata.name}"
         tmpl = ds.spec.template.spec
-        pods = [p for p in snap.pods if _owned_by(p, ds)]
+        pods = [p for p in snap.pods if owned_by(p, ds)]
         affinity = (
             tmpl.affinity.node_affinity.required if tmpl.affinity and tmpl.affinity.node_affinity else None
         )

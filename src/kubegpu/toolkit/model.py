@@ -60,6 +60,7 @@ class Container(ContainerLite):
     resources: ResourceRequirements | None = None
     name: str = ""
     image: str = ""
+    command: list[str] | None = None
     env: list[EnvVar] | None = None
 
 
