@@ -264,3 +264,11 @@ def test_no_comment_or_guide_points_at_work_still_to_land() -> None:
         if stale.search(line)
     ]
     assert hits == []
+
+
+def test_the_version_line_the_guide_quotes_is_the_commands() -> None:
+    lines = [ln for b in _console_blocks(GUIDE) for ln in b.splitlines()]
+    (at,) = [i for i, ln in enumerate(lines) if "kubegpu" in ln and ln.endswith(" --version")]
+    quoted = lines[at + 1]
+    proc = subprocess.run([sys.executable, "-m", "kubegpu", "--version"], capture_output=True, text=True)
+    assert proc.stdout.strip() == quoted
