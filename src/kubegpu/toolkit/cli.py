@@ -13,9 +13,9 @@ import contextlib
 import difflib
 import gc
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -24,6 +24,7 @@ from kubegpu.toolkit.cluster_facts import ClusterFacts
 from kubegpu.toolkit.findings import exit_code as findings_exit_code
 from kubegpu.toolkit.lint import RULES, LintOptions, exit_code
 from kubegpu.toolkit.lint import lint as run_lint
+from kubegpu.toolkit.live import CURRENT, KubeTarget
 from kubegpu.toolkit.manifests import Manifests, parse_text
 from kubegpu.toolkit.model import DaemonSet, Pod
 from kubegpu.toolkit.snapshot import Snapshot, SnapshotError, load_snapshot
@@ -49,21 +50,39 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _snapshot_or_live(path: str | None, keep: tuple[tuple[str, str], ...] = ()) -> Snapshot:
-    """The snapshot file when given, else the live cluster from the kubeconfig. `keep` names pods to hold
-    in full (the one `explain` looks at)."""
+def _snapshot_or_live(
+    path: str | None, keep: tuple[tuple[str, str], ...] = (), target: KubeTarget = CURRENT
+) -> Snapshot:
+    """The snapshot file when given, else the live cluster of the kubeconfig `target` names. `keep` names
+    pods to hold in full (the one `explain` looks at)."""
     try:
         if path is not None:
             return load_snapshot(path, keep=keep)
-        from kubegpu.toolkit.live import LiveError, load_live  # imported late: needs `kubernetes`
+        from kubegpu.toolkit.live import LiveError, load_live
 
         try:
-            return load_live(keep=keep)
+            return load_live(keep=keep, target=target)
         except LiveError as exc:
             _fail(str(exc))
     except SnapshotError as exc:
         _fail(str(exc))
     raise AssertionError("unreachable")
+
+
+def kube_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """kubectl's --kubeconfig and --context, for the commands that read the live cluster."""
+    command = click.option(
+        "--context",
+        "kube_context",
+        metavar="NAME",
+        help="The kubeconfig context to read (default: its current-context).",
+    )(command)
+    return click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False),
+        help="The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config; in a pod, its service "
+        "account).",
+    )(command)
 
 
 # --- lint --------------------------------------------------------------------------------------------
@@ -104,6 +123,19 @@ def lint(files: tuple[str, ...], snapshot_path: str | None, plugin_config: str |
     StatefulSets, DaemonSets, Jobs, CronJobs, ReplicaSets, ReplicationControllers or PodTemplates.
     Use - to read standard input.
     """
+    lint_files(files, snapshot_path, plugin_config, as_json)
+
+
+def lint_files(
+    files: tuple[str, ...],
+    snapshot_path: str | None,
+    plugin_config: str | None,
+    as_json: bool,
+    live: KubeTarget | None = None,
+    namespace: str | None = None,
+) -> None:
+    """Lint `files` and exit: against the snapshot when given, else the live cluster `live` names (if any).
+    `namespace` fills in objects that name none (kubectl apply -n)."""
     manifests = Manifests()
     for name in files:
         if name == "-":
@@ -116,12 +148,13 @@ def lint(files: tuple[str, ...], snapshot_path: str | None, plugin_config: str |
         except UnicodeDecodeError:
             _fail(f"{name} is not UTF-8 text; lint reads YAML or JSON manifests")
         parse_text(text, name, manifests)
+    if namespace:
+        for workload in manifests.workloads:
+            workload.namespace = workload.namespace or namespace
     options = LintOptions()
-    if snapshot_path:
-        try:
-            options.cluster = ClusterFacts.of(load_snapshot(snapshot_path))
-        except SnapshotError as exc:
-            _fail(str(exc))
+    if snapshot_path or live is not None:
+        with _collector_paused():
+            options.cluster = ClusterFacts.of(_snapshot_or_live(snapshot_path, target=live or CURRENT))
     if plugin_config:
         from kubegpu.settings.nvidia_config import ConfigError
         from kubegpu.toolkit.plugin_config import fail_requests_greater_than_one
@@ -206,24 +239,46 @@ MAX_NODE_ROWS = 40
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the explanation as JSON (summary line under `message`)."
 )
-def explain(pod_ref: str, snapshot_path: str | None, all_nodes: bool, as_json: bool) -> None:
+@kube_options
+def explain(
+    pod_ref: str,
+    snapshot_path: str | None,
+    all_nodes: bool,
+    as_json: bool,
+    kubeconfig: str | None,
+    kube_context: str | None,
+) -> None:
     """Explain why a GPU pod is Pending, in kube-scheduler's words, and what would let it schedule.
 
     Runs the scheduler's filters (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity,
     NodeResourcesFit) on every node, prints the FailedScheduling summary line, each node's reason,
     and the fixes: nodes that fit once GPUs are freed, unhealthy GPUs hiding capacity, fragmentation.
     """
-    with _collector_paused():
-        _explain(pod_ref, snapshot_path, all_nodes, as_json)
-
-
-def _explain(pod_ref: str, snapshot_path: str | None, all_nodes: bool, as_json: bool) -> None:
-    from kubegpu.toolkit.explain import explain as run_explain
-
     namespace, sep, name = pod_ref.partition("/")
     if not sep or not namespace or not name or "/" in name:
         _fail(f"pod must be given as NAMESPACE/NAME (e.g. ml/train-0), not {pod_ref!r}")
-    snap = _snapshot_or_live(snapshot_path, keep=((namespace, name),))
+    explain_pod(namespace, name, snapshot_path, all_nodes, as_json, KubeTarget(kubeconfig, kube_context))
+
+
+def explain_pod(
+    namespace: str,
+    name: str,
+    snapshot_path: str | None,
+    all_nodes: bool,
+    as_json: bool,
+    target: KubeTarget = CURRENT,
+) -> None:
+    """Explain pod NAMESPACE/NAME of the snapshot (or the live cluster `target` names) and exit."""
+    with _collector_paused():
+        _explain(namespace, name, snapshot_path, all_nodes, as_json, target)
+
+
+def _explain(
+    namespace: str, name: str, snapshot_path: str | None, all_nodes: bool, as_json: bool, target: KubeTarget
+) -> None:
+    from kubegpu.toolkit.explain import explain as run_explain
+
+    snap = _snapshot_or_live(snapshot_path, keep=((namespace, name),), target=target)
     pod = snap.find_pod(namespace, name)
     if not isinstance(pod, Pod):  # kept whole by `keep`, so a PodLite here means it was not found
         _fail(
@@ -277,12 +332,15 @@ def _explain(pod_ref: str, snapshot_path: str | None, all_nodes: bool, as_json: 
     help="Node mode: where the host's filesystem is mounted (e.g. /host in a debug pod).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@kube_options
 def doctor(
     cluster_mode: bool,
     snapshot_path: str | None,
     preflight_path: str | None,
     host_root: str,
     as_json: bool,
+    kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
     """Diagnose the classic GPU faults on this node, or across the cluster with --cluster.
 
@@ -293,8 +351,23 @@ def doctor(
         _fail("--snapshot describes a cluster; add --cluster (node checks read --host-root instead)")
     if preflight_path and not cluster_mode:
         _fail("--preflight checks a DaemonSet against the cluster; add --cluster")
+    target = KubeTarget(kubeconfig, kube_context)
+    if target.explicit and not cluster_mode:
+        _fail("--kubeconfig and --context choose a cluster; add --cluster")
+    run_doctor(cluster_mode, snapshot_path, preflight_path, host_root, as_json, target)
+
+
+def run_doctor(
+    cluster_mode: bool,
+    snapshot_path: str | None,
+    preflight_path: str | None,
+    host_root: str,
+    as_json: bool,
+    target: KubeTarget = CURRENT,
+) -> None:
+    """Run the node checks, the cluster checks or the pre-flight, print the findings and exit."""
     with _collector_paused():
-        _doctor(cluster_mode, snapshot_path, preflight_path, host_root, as_json)
+        _doctor(cluster_mode, snapshot_path, preflight_path, host_root, as_json, target)
 
 
 def _planned(path: str) -> list[DaemonSet]:
@@ -312,17 +385,22 @@ def _planned(path: str) -> list[DaemonSet]:
 
 
 def _doctor(
-    cluster_mode: bool, snapshot_path: str | None, preflight_path: str | None, host_root: str, as_json: bool
+    cluster_mode: bool,
+    snapshot_path: str | None,
+    preflight_path: str | None,
+    host_root: str,
+    as_json: bool,
+    target: KubeTarget,
 ) -> None:
     if cluster_mode and preflight_path:
         from kubegpu.toolkit.doctor_preflight import preflight
 
         planned = _planned(preflight_path)
-        findings = preflight(planned, _snapshot_or_live(snapshot_path))
+        findings = preflight(planned, _snapshot_or_live(snapshot_path, target=target))
     elif cluster_mode:
         from kubegpu.toolkit.doctor_cluster import doctor_cluster
 
-        findings = doctor_cluster(_snapshot_or_live(snapshot_path))
+        findings = doctor_cluster(_snapshot_or_live(snapshot_path, target=target))
     else:
         from kubegpu.settings.env import NvmlSelection
         from kubegpu.settings.given import read_given

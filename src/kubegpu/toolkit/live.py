@@ -8,6 +8,7 @@ same msgspec types as a snapshot file, so live and file mode cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -92,18 +93,72 @@ def _explain_failure(exc: Exception, what: str) -> str:
     )
 
 
-def load_live(keep: Iterable[tuple[str, str]] = (), context: str | None = None) -> Snapshot:
-    """The cluster of the current kubeconfig context (or in-cluster config inside a pod)."""
+@dataclass(frozen=True)
+class KubeTarget:
+    """Which cluster to read, as kubectl's flags say: a kubeconfig file (else $KUBECONFIG, else
+    ~/.kube/config) and a context in it (else its current-context)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    @property
+    def explicit(self) -> bool:
+        return self.kubeconfig is not None or self.context is not None
+
+
+CURRENT = KubeTarget()  # the kubeconfig's current context, as kubectl reads it without flags
+
+
+def _kube_config() -> Any:
     try:
-        from kubernetes import client, config
-        from kubernetes.config.config_exception import ConfigException
+        from kubernetes import config
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise LiveError(
             "live mode needs the `kubernetes` package (pip install kubernetes), or use --snapshot FILE"
         ) from exc
+    return config
+
+
+def current_namespace(target: KubeTarget = CURRENT) -> str:
+    """The namespace of the target context (kubectl's default for -n); "default" when it names none."""
+    config = _kube_config()
+    from kubernetes.config.config_exception import ConfigException
+
     try:
-        config.load_kube_config(context=context)
+        contexts, active = config.list_kube_config_contexts(config_file=target.kubeconfig)
+    except (ConfigException, OSError):
+        return "default"  # in a pod, or no kubeconfig: load_live says what is wrong if it matters
+    chosen = active
+    if target.context is not None:
+        chosen = next((c for c in contexts if c.get("name") == target.context), None)
+        if chosen is None:
+            raise LiveError(_no_context(target.context, contexts))
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
+
+def _no_context(name: str, contexts: list[dict[str, Any]]) -> str:
+    names = ", ".join(sorted(str(c.get("name")) for c in contexts)) or "none"
+    return (
+        f"context {name!r} is not in the kubeconfig (contexts: {names}); `kubectl config get-contexts` "
+        "lists them"
+    )
+
+
+def load_live(keep: Iterable[tuple[str, str]] = (), target: KubeTarget = CURRENT) -> Snapshot:
+    """The cluster of the target kubeconfig context (or, with no kubeconfig and no flags naming one, the
+    in-cluster config inside a pod)."""
+    config = _kube_config()
+    from kubernetes import client
+    from kubernetes.config.config_exception import ConfigException
+
+    if target.context is not None:
+        current_namespace(target)  # says which contexts there are when the named one is not
+    try:
+        config.load_kube_config(config_file=target.kubeconfig, context=target.context)
     except (ConfigException, OSError) as kube_exc:
+        if target.explicit:  # a kubeconfig or context the user named must be the one read
+            where = f"kubeconfig {target.kubeconfig}" if target.kubeconfig else "the kubeconfig"
+            raise LiveError(f"cannot use {where}: {kube_exc}") from kube_exc
         try:
             config.load_incluster_config()
         except ConfigException:
