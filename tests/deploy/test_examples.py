@@ -29,7 +29,12 @@ def kubegpu(*args: str | Path) -> tuple[int, Any]:
 
 def test_the_examples_are_the_ones_the_issue_asks_for() -> None:
     kinds = {(d["kind"], d["metadata"]["name"]) for p in WORKLOADS for d in load_docs(p)}
-    assert kinds == {("Pod", "gpu-test"), ("Job", "train-resnet"), ("Deployment", "inference")}
+    assert kinds == {
+        ("Pod", "gpu-test"),
+        ("Job", "train-resnet"),
+        ("Deployment", "inference"),
+        ("Pod", "mig-test"),
+    }
     (pod,) = load_docs(EXAMPLES / "gpu-test.yml")
     assert pod["spec"]["containers"][0]["command"] == ["nvidia-smi"]
     (job,) = load_docs(EXAMPLES / "training-job.yml")
@@ -40,7 +45,7 @@ def test_lint_finds_nothing_in_the_example_workloads() -> None:
     config = CONFIGS / "time-slicing.yaml"  # what the inference example runs on
     code, report = kubegpu("lint", *WORKLOADS, "--plugin-config", config)
     assert report["findings"] == [] and code == 0, report
-    assert report["summary"]["objects"] == 3
+    assert report["summary"]["objects"] == 4
 
 
 def test_lint_is_really_looking(tmp_path: Path) -> None:
