@@ -26,6 +26,14 @@ from kubegpu.toolkit.live import KubeTarget
 PROG = "kubectl gpu"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 POD_TYPES = ("pod", "pods", "po")  # kubectl's TYPE/NAME form: pod/train-0
+SNAPSHOT = click.option(
+    "--snapshot",
+    "snapshot_path",
+    type=click.Path(dir_okay=False),
+    help="Read this snapshot (kubectl get nodes,pods,daemonsets,runtimeclasses -A -o json) instead of the "
+    "cluster.",
+)
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
 @dataclass
@@ -103,14 +111,9 @@ def kubectl_gpu(
     "  kubectl gpu explain pod/train-0 --context prod",
 )
 @click.argument("pod_ref", metavar="POD")
-@click.option(
-    "--snapshot",
-    "snapshot_path",
-    type=click.Path(dir_okay=False),
-    help="Read this snapshot instead of the cluster.",
-)
+@SNAPSHOT
 @click.option("--all-nodes", is_flag=True, help="List every node, not only the first 40.")
-@click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@JSON
 @kube_flags
 @click.pass_context
 def explain(
@@ -152,12 +155,7 @@ def _context_namespace(flags: KubeFlags) -> str:
 
 
 @kubectl_gpu.command("doctor", context_settings=CONTEXT_SETTINGS)
-@click.option(
-    "--snapshot",
-    "snapshot_path",
-    type=click.Path(dir_okay=False),
-    help="Read this snapshot instead of the cluster.",
-)
+@SNAPSHOT
 @click.option(
     "--preflight",
     "preflight_path",
@@ -165,7 +163,7 @@ def _context_namespace(flags: KubeFlags) -> str:
     help="Check the device-plugin DaemonSet in this file (helm template output; - for stdin) against the "
     "cluster before applying it.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@JSON
 @kube_flags
 @click.pass_context
 def doctor(
@@ -193,18 +191,13 @@ def doctor(
     is_flag=True,
     help="Do not read the cluster: only the checks that need none (as kubectl's --local).",
 )
-@click.option(
-    "--snapshot",
-    "snapshot_path",
-    type=click.Path(dir_okay=False),
-    help="Check against this snapshot instead of the cluster.",
-)
+@SNAPSHOT
 @click.option(
     "--plugin-config",
     type=click.Path(dir_okay=False, exists=True),
     help="The device plugin's config file (v1), for its failRequestsGreaterThanOne.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@JSON
 @kube_flags
 @click.pass_context
 def lint(
