@@ -147,93 +147,115 @@ def _lands_on(ds: DaemonSet, node: Node) -> bool:
     return selector_matches(ds.spec.template.spec, node) and _blocking_taint(ds, node) is None
 
 
+FIX_LABELS = (
+    "keep the labels: install NFD as its own release before uninstalling NVIDIA's (then wait for its labels "
+    "to come back), or after the uninstall label the GPU nodes yourself: kubectl label node NODE "
+    "nvidia.com/gpu.present=true (docs/install.md, section 7)"
+)
+
+
+@dataclass(frozen=True)
+class _Move:
+    """What the nodes look like now and after the uninstall, for one planned DaemonSet."""
+
+    planned: DaemonSet
+    departure: Departure | None
+    now: list[str]  # nodes the DaemonSet lands on today
+    later: list[str]  # ... and once NVIDIA's release and its NFD are gone
+    pruned: list[str]  # the labels its selector needs that NFD takes away
+
+    @property
+    def restored(self) -> bool:
+        """Another NFD stays and will set the pruned labels again."""
+        return self.departure is not None and bool(self.departure.staying)
+
+
 def check_nodes(planned: DaemonSet, snap: Snapshot) -> Iterator[Finding]:
     """The planned plugin DaemonSet lands on every GPU node, judged by the labels the nodes will keep."""
-    ds_ref = _ref(planned)
     departure = nfd_departure(snap)
-    after = {n.metadata.name: labels_after(n, departure) for n in snap.nodes}
     gpus = gpu_nodes(snap)
-    now = [n.metadata.name for n in snap.nodes if _lands_on(planned, n)]
-    later = [name for name, n in after.items() if _lands_on(planned, n)]
-    pruned_names = (
-        sorted({k for n in gpus for k in nfd_labels(n)} & _selector_keys(planned)) if departure else []
+    move = _Move(
+        planned,
+        departure,
+        now=[n.metadata.name for n in snap.nodes if _lands_on(planned, n)],
+        later=[n.metadata.name for n in snap.nodes if _lands_on(planned, labels_after(n, departure))],
+        pruned=sorted({k for n in gpus for k in nfd_labels(n)} & _selector_keys(planned))
+        if departure
+        else [],
     )
-    fix_labels = (
-        "keep the labels: install NFD as its own release before uninstalling NVIDIA's (then wait for its "
-        "labels to come back), or after the uninstall label the GPU nodes yourself: kubectl label node "
-        "NODE nvidia.com/gpu.present=true (docs/install.md, section 7)"
-    )
-    restored = departure is not None and departure.staying
-    if not later:
-        if departure is not None and now and not restored:
-            evidence = (
-                f"matches {len(now)} node(s) now, but none once NVIDIA's release is uninstalled: "
-                f"{departure.describe()} prunes {', '.join(pruned_names) or 'the labels it set'}"
-            )
-            yield Finding("preflight-nodes", FAIL, ds_ref, evidence, 2, fix_labels)
-        elif not restored:
-            labels = ", ".join(sorted(_selector_keys(planned))) or "its nodeSelector"
-            yield Finding(
-                "preflight-nodes",
-                FAIL,
-                ds_ref,
-                f"matches no node: no node has the labels its affinity needs ({labels}) and tolerates "
-                f"its taints; {len(gpus)} node(s) have GPUs",
-                2,
-                "label the GPU nodes (kubectl label node NODE nvidia.com/gpu.present=true), install NFD, "
-                "or widen the DaemonSet's affinity",
-            )
-    missed = [n for n in gpus if n.metadata.name not in later]
+    if not move.later and not move.restored:
+        yield _matches_nothing(move, len(gpus))
+    missed = [n for n in gpus if n.metadata.name not in move.later]
     for node in missed:
-        name = node.metadata.name
-        taint = _blocking_taint(planned, node)
-        if taint is not None:
-            yield Finding(
-                "preflight-nodes",
-                FAIL,
-                f"node/{name}",
-                f"GPU node the new DaemonSet would not run on: it does not tolerate the node's taint "
-                f"{taint.key}={taint.value or ''}:{taint.effect}",
-                2,
-                f"add to tolerations {{key: {taint.key}, operator: Exists, effect: {taint.effect}}}",
-            )
-        elif name in now and departure is not None:
-            status = WARN if restored else FAIL
-            why = (
-                f"its labels {', '.join(pruned_names)} are pruned when NVIDIA's release is uninstalled "
-                f"({departure.describe()})"
-            )
-            if restored:
-                keeper = listed([f"{d.metadata.namespace}/{d.metadata.name}" for d in departure.staying])
-                why += f"; NFD {keeper} should set them again: install kubegpu once they are back"
-            yield Finding(
-                "preflight-nodes",
-                status,
-                f"node/{name}",
-                f"GPU node left without a plugin: {why}",
-                2,
-                fix_labels,
-            )
-        else:
-            yield Finding(
-                "preflight-nodes",
-                FAIL,
-                f"node/{name}",
-                "GPU node the new DaemonSet would not run on: its labels do not match the DaemonSet's "
-                f"nodeSelector/affinity ({', '.join(sorted(_selector_keys(planned))) or 'none'})",
-                2,
-                "label the node (kubectl label node NODE nvidia.com/gpu.present=true) or widen the affinity",
-            )
-    if later and not missed:
+        yield _missed(move, node)
+    if move.later and not missed:
         yield Finding(
             "preflight-nodes",
             OK,
-            ds_ref,
-            f"would run on {len(later)} node(s), every one of the {len(gpus)} GPU node(s)"
+            _ref(planned),
+            f"would run on {len(move.later)} node(s), every one of the {len(gpus)} GPU node(s)"
             + (" with the labels they keep after NVIDIA's release is uninstalled" if departure else ""),
             None,
             "",
         )
+
+
+def _matches_nothing(move: _Move, gpu_count: int) -> Finding:
+    if move.departure is not None and move.now:
+        evidence = (
+            f"matches {len(move.now)} node(s) now, but none once NVIDIA's release is uninstalled: "
+            f"{move.departure.describe()} prunes {', '.join(move.pruned) or 'the labels it set'}"
+        )
+        return Finding("preflight-nodes", FAIL, _ref(move.planned), evidence, 2, FIX_LABELS)
+    labels = ", ".join(sorted(_selector_keys(move.planned))) or "none"
+    return Finding(
+        "preflight-nodes",
+        FAIL,
+        _ref(move.planned),
+        f"matches no node: no node has the labels its affinity needs ({labels}) without a taint it does not "
+        f"tolerate; {gpu_count} node(s) have GPUs",
+        2,
+        "label the GPU nodes (kubectl label node NODE nvidia.com/gpu.present=true), install NFD, or widen "
+        "the DaemonSet's affinity",
+    )
+
+
+def _missed(move: _Move, node: Node) -> Finding:
+    """Why the planned DaemonSet would leave this GPU node without a plugin."""
+    name = node.metadata.name
+    taint = _blocking_taint(move.planned, node)
+    if taint is not None:
+        return Finding(
+            "preflight-nodes",
+            FAIL,
+            f"node/{name}",
+            "GPU node the new DaemonSet would not run on: it does not tolerate the node's taint "
+            f"{taint.key}={taint.value or ''}:{taint.effect}",
+            2,
+            f"add to tolerations {{key: {taint.key}, operator: Exists, effect: {taint.effect}}}",
+        )
+    if name in move.now and move.departure is not None:
+        why = (
+            f"its labels {', '.join(move.pruned)} are pruned when NVIDIA's release is uninstalled "
+            f"({move.departure.describe()})"
+        )
+        if move.restored:
+            keeper = listed([f"{d.metadata.namespace}/{d.metadata.name}" for d in move.departure.staying])
+            why += f"; NFD {keeper} should set them again: install kubegpu once they are back"
+        status = WARN if move.restored else FAIL
+        return Finding(
+            "preflight-nodes", status, f"node/{name}", f"GPU node left without a plugin: {why}", 2, FIX_LABELS
+        )
+    keys = ", ".join(sorted(_selector_keys(move.planned))) or "none"
+    return Finding(
+        "preflight-nodes",
+        FAIL,
+        f"node/{name}",
+        f"GPU node the new DaemonSet would not run on: its labels do not match the DaemonSet's "
+        f"nodeSelector/affinity ({keys})",
+        2,
+        "label the node (kubectl label node NODE nvidia.com/gpu.present=true) or widen the affinity",
+    )
 
 
 def _selector_keys(ds: DaemonSet) -> set[str]:
