@@ -25,6 +25,7 @@ The work is in steps the thread calls in turn and tests call directly on an inje
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -210,9 +211,11 @@ class HealthMonitor:
             self._armed.set()
             self._loop()
         except BaseException as err:  # handed to whoever supervises the thread
-            self.finished.set_exception(err)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # nobody waits any more
+                self.finished.set_exception(err)
         else:
-            self.finished.set_result(None)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                self.finished.set_result(None)
         finally:
             self._armed.set()
             self.disarm()

@@ -38,6 +38,7 @@ from kubegpu.allocation.allocate import AllocateOptions
 from kubegpu.allocation.cdi import Spec, specs_for
 from kubegpu.allocation.from_settings import allocate_options, resource_options
 from kubegpu.allocation.resources import Resource, ResourceError, ResourceOptions, build_resources
+from kubegpu.common.backoff import Backoff
 from kubegpu.node.discovery import discover, explain_nvml_error
 from kubegpu.node.driverfiles import ImexChannelError
 from kubegpu.node.faults import Fault, FaultBook
@@ -144,6 +145,7 @@ class Daemon:
         reload_settings: Callable[[], PluginSettings] | None = None,
         backend: NvmlBackend | None = None,
         config_load_budget_s: float = CONFIG_LOAD_BUDGET_S,
+        restart_backoff: Callable[[], Backoff] | None = None,
     ) -> None:
         self.settings = settings
         self._reload_settings = reload_settings
@@ -164,7 +166,7 @@ class Daemon:
             pod_resources=PodResourcesClient(pod_resources) if pod_resources else None,
             tasks=lambda: self.supervisor.states(),
         )
-        self.supervisor = Supervisor(self._fatal, observer=self.metrics)
+        self.supervisor = Supervisor(self._fatal, observer=self.metrics, backoff=restart_backoff)
         self.registrar = Registrar(
             self.plugin_dir,
             Path(kubelet) if kubelet else None,
@@ -331,13 +333,12 @@ class Daemon:
         await self._reconcile(load_config=True, rediscover=True)
 
     async def _reconcile(self, *, load_config: bool = False, rediscover: bool = True) -> None:
-        """One prepare+apply pass at a time; a request while one runs is answered by one more pass
-        afterwards, which sees the latest config file and devices."""
+        """One prepare+apply pass at a time. Requests made while a pass runs are answered together by one
+        more pass afterwards (which sees the latest config file and devices); each caller returns once a
+        pass that started after its request has ended."""
         self._want_config |= load_config
         self._want_discovery |= rediscover
         self._want_pass = True
-        if self._reconcile_lock.locked():
-            return
         async with self._reconcile_lock:
             while self._want_pass:
                 load, discover_again = self._want_config, self._want_discovery
@@ -553,7 +554,7 @@ class Daemon:
             if change.step is Step.REMOVE:
                 continue
             assert change.resource is not None
-            if change.step in (Step.ADD, Step.REPLACE) or server is None:
+            if change.step is Step.ADD or server is None:
                 if updates_only:
                     continue  # the health path never changes which servers run
                 options = self._allocate_options
@@ -565,7 +566,7 @@ class Daemon:
                     log.info("%s: %d of %d devices healthy", r.name, r.healthy_count, len(r.devices))
             servers.append(server)
         self.metrics.update_resources(s.resource for s in servers)
-        if not updates_only and any(c.step in (Step.ADD, Step.REPLACE, Step.REMOVE) for c in applied.changes):
+        if not updates_only and any(c.step in (Step.ADD, Step.REMOVE) for c in applied.changes):
             await self.registrar.set_servers(servers)
 
     async def _retry_discovery(self) -> None:

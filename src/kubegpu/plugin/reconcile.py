@@ -24,8 +24,7 @@ from kubegpu.node.inventory import Gpu, Health, Inventory
 
 
 class Step(enum.StrEnum):
-    ADD = "add"  # a new resource: start a server for it and register it
-    REPLACE = "replace"  # same resource, new socket name: stop the old server, start a new one, register
+    ADD = "add"  # a new resource: start a server on its socket and register it
     UPDATE = "update"  # the same server serves new devices and/or Allocate options, in place
     KEEP = "keep"  # nothing changed
     REMOVE = "remove"  # no longer served: stop the server and remove its socket
@@ -69,8 +68,9 @@ class Plan:
 
     @property
     def registrations(self) -> tuple[str, ...]:
-        """The resources that (re)register with the kubelet: new servers only."""
-        return tuple(c.name for c in self.of(Step.ADD, Step.REPLACE))
+        """The resources that register with the kubelet: new servers only (an update never re-registers:
+        the socket, the only thing a registration names besides the resource, follows from the name)."""
+        return tuple(c.name for c in self.of(Step.ADD))
 
     @property
     def serving(self) -> tuple[Resource, ...]:
@@ -134,8 +134,6 @@ def plan(
 def _compare(old: Served, new: Resource, options: AllocateOptions) -> Change:
     listed_changed = listed(old.resource) != listed(new)
     options_changed = old.options != options
-    if old.resource.socket_name != new.socket_name:
-        return Change(new.name, Step.REPLACE, new, listed_changed, options_changed)
     if old.resource == new and not options_changed:
         return Change(new.name, Step.KEEP, new)
     # Also when only what Allocate reads changed (paths, memory): the server must answer with the new one.
