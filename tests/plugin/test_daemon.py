@@ -24,7 +24,7 @@ import pytest
 from kubegpu.common.backoff import Backoff
 from kubegpu.kubeletsim import Container, KubeletSimulator, Pod
 from kubegpu.node.nvml.fake_state import StateDir
-from kubegpu.plugin.daemon import Daemon
+from kubegpu.plugin.daemon import Daemon, StartupError
 from kubegpu.settings.given import read_given
 from kubegpu.settings.plugin import PluginSettings, resolve
 from kubegpu.settings.setting import PLUGIN
@@ -122,8 +122,8 @@ async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
             "a100-mig",
             "version: v1\nflags:\n  migStrategy: mixed\n",
             "version: v1\nflags:\n  migStrategy: single\n",
-            "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly: "
-            "all devices on the node must be configured with the same migEnabled value",
+            "invalid MIG configuration: at least one device with migEnabled=true was not configured "
+            "correctly: all devices on the node must be configured with the same migEnabled value",
             "nvidia.com/mig-1g.5gb",
             0,  # seven of the eight 1g.5gb devices live on GPU 0
             8,
@@ -323,3 +323,26 @@ async def test_a_task_that_keeps_failing_ends_the_daemon_with_exit_code_1(
         )
         assert "5 failures in a row: exiting so that the plugin is restarted" in caplog.text
         assert n.sim.allocatable().get(GPU, 0) == 0 or not n.sim.registered(GPU)
+
+
+@pytest.mark.parametrize(
+    ("address", "cause"),
+    [("127.0.0.1", "Address already in use"), ("no-such-host.invalid", "")],
+)
+async def test_an_http_endpoint_that_cannot_listen_stops_the_start_with_the_cause_and_the_fix(
+    address: str, cause: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with node(KUBEGPU_HTTP_PORT=str(port), KUBEGPU_HTTP_ADDRESS=address) as n:
+            n.start()
+            with pytest.raises(StartupError) as err:
+                await asyncio.wait_for(n.task, 20)
+    message = str(err.value)
+    assert message.startswith(f"cannot serve the HTTP endpoint on {address}:{port}: {cause}")
+    assert message.endswith(
+        "; choose a free --http-port (KUBEGPU_HTTP_PORT) and an address of this node for --http-address "
+        "(KUBEGPU_HTTP_ADDRESS)"
+    )

@@ -27,6 +27,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -274,8 +275,12 @@ class Daemon:
             await self.http.start()
         except OSError as err:  # the port is taken, the address does not resolve or is not ours
             where = f"{self.settings.http_address or '*'}:{self.settings.http_port}"
+            if isinstance(err, socket.gaierror) or not err.errno:
+                cause = err.strerror or str(err)
+            else:  # asyncio words bind errors its own way; the errno's text is the one users search for
+                cause = os.strerror(err.errno)
             raise StartupError(
-                f"cannot serve the HTTP endpoint on {where}: {err.strerror or err}; choose a free "
+                f"cannot serve the HTTP endpoint on {where}: {cause}; choose a free "
                 "--http-port (KUBEGPU_HTTP_PORT) and an address of this node for --http-address "
                 "(KUBEGPU_HTTP_ADDRESS)"
             ) from err
