@@ -45,18 +45,21 @@ class FaultBook:
         self._lock = threading.Lock()
         self._faults: dict[str, Fault] = {}
 
-    def record(self, uuid: str, action: XidAction, reason: str, xid: int | None, now: float) -> Recorded:
-        """Note a critical event for the GPU; a reboot-class event overrides a reset-class one."""
+    def record(
+        self, uuid: str, action: XidAction, reason: str, xid: int | None, now: float
+    ) -> tuple[Recorded, Fault]:
+        """Note a critical event for the GPU; a reboot-class event overrides a reset-class one. Returns what
+        changed and the GPU's fault now."""
         with self._lock:
             known = self._faults.get(uuid)
             if known is None:
-                self._faults[uuid] = Fault(action, reason, xid, now)
-                return Recorded.NEW
-            if action is XidAction.REBOOT_NODE and known.action is not XidAction.REBOOT_NODE:
-                self._faults[uuid] = Fault(action, reason, xid, now)
-                return Recorded.WORSE
-            self._faults[uuid] = Fault(known.action, known.reason, known.xid, now)
-            return Recorded.REPEATED
+                recorded, fault = Recorded.NEW, Fault(action, reason, xid, now)
+            elif action is XidAction.REBOOT_NODE and known.action is not XidAction.REBOOT_NODE:
+                recorded, fault = Recorded.WORSE, Fault(action, reason, xid, now)
+            else:
+                recorded, fault = Recorded.REPEATED, Fault(known.action, known.reason, known.xid, now)
+            self._faults[uuid] = fault
+            return recorded, fault
 
     def clear(self, uuid: str, seen: Fault) -> bool:
         """The GPU recovered: forget its fault, unless a new critical event arrived since `seen` was read."""

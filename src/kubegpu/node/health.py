@@ -390,9 +390,7 @@ class HealthMonitor:
 
     def _fault(self, uuid: str, action: XidAction, reason: str, xid: int | None) -> HealthEvent | None:
         """Record a fault; returns the event to send when this is a transition (or a worse action)."""
-        recorded = self.faults.record(uuid, action, reason, xid, self._clock())
-        fault = self.faults.get(uuid)
-        assert fault is not None  # only a recovery removes it, and recoveries happen on this thread
+        recorded, fault = self.faults.record(uuid, action, reason, xid, self._clock())
         if recorded is Recorded.REPEATED:
             log.debug("GPU %s: %s while already unhealthy", self._name(uuid), reason)
             return None

@@ -302,14 +302,15 @@ class Daemon:
 
     async def _start_devices(self) -> None:
         """Discover and serve. Without devices, keep retrying in the background (failOnInitError=false)."""
-        try:
-            candidate = await self._prepare(self.settings, rediscover=True)
-            await self._write_cdi(candidate.specs)
-        except ReloadError as err:
-            raise StartupError(str(err)) from err
-        finally:
-            self._discovered = True
-        await self._apply(candidate)
+        async with self._reconcile_lock:  # a SIGHUP this early waits for the start to finish
+            try:
+                candidate = await self._prepare(self.settings, rediscover=True)
+                await self._write_cdi(candidate.specs)
+            except ReloadError as err:
+                raise StartupError(str(err)) from err
+            finally:
+                self._discovered = True
+            await self._apply(candidate)
 
     # --- what the health endpoints and metrics read ------------------------------------------------
 
@@ -532,10 +533,9 @@ class Daemon:
                 self._base.cuda_driver_version or "?",
                 ", ".join(f"{r.name}={len(r.devices)}" for r in applied.serving) or "nothing",
             )
-        if not gpus:
+        if not gpus and not self.supervisor.running("discovery-retry"):
             log.warning("%s", NO_DEVICES)
-            if not self.supervisor.running("discovery-retry"):
-                self.supervisor.start("discovery-retry", self._retry_discovery)
+            self.supervisor.start("discovery-retry", self._retry_discovery)
         if self._withheld and not self.supervisor.running("mps-retry"):
             self.supervisor.start("mps-retry", self._retry_mps)
         return applied
