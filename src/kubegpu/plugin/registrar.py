@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +69,10 @@ class Registrar:
         kubelet_socket: Path | None,
         *,
         on_registered: Callable[[str, float], None] | None = None,
+        spawn: Callable[[str, Callable[[], Awaitable[None]]], asyncio.Task[None]] | None = None,
     ) -> None:
         self.plugin_dir = plugin_dir
+        self._spawn = spawn  # runs the two loops (the daemon's supervisor restarts them); plain tasks if None
         self.kubelet_socket = kubelet_socket  # None: serve without registering (NVIDIA's --kubelet-socket "")
         self._on_registered = on_registered
         self._servers: list[ResourceServer] = []
@@ -123,10 +125,14 @@ class Registrar:
 
     async def start(self) -> None:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
-        self._tasks = [
-            asyncio.create_task(self._watch(), name="registrar-watch"),
-            asyncio.create_task(self._loop(), name="registrar-loop"),
-        ]
+        if self._spawn is not None:
+            spawn = self._spawn
+            self._tasks = [spawn("registrar-watch", self._watch), spawn("registrar-loop", self._loop)]
+        else:
+            self._tasks = [
+                asyncio.create_task(self._watch(), name="registrar-watch"),
+                asyncio.create_task(self._loop(), name="registrar-loop"),
+            ]
 
     async def close(self) -> None:
         for task in self._tasks:
