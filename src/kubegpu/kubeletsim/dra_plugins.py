@@ -175,5 +175,8 @@ class PluginStore:
     def drivers(self) -> list[str]:
         return sorted(self._plugins)
 
+    def clear(self) -> None:
+        self._plugins.clear()
+
     def all(self) -> list[DraPlugin]:
         return [p for plugins in self._plugins.values() for p in plugins]

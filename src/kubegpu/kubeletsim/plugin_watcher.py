@@ -101,6 +101,7 @@ class PluginWatcher:
                     await entry.task
         for plugin in self._store.all():
             await plugin.close()
+        self._store.clear()  # a stopped kubelet forgets its plugins; they register again at start
         self._entries.clear()
 
     # ---- scanning ---------------------------------------------------------------------------------
