@@ -43,8 +43,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from kubegpu.resourceapi.cel import compile_error
 
-from . import discovery
 from .convert import from_hub, to_hub
+from .discovery import api_group, api_group_list, api_resource_list, api_versions, version_info
 from .errors import ApiError, bad_request, gone, method_not_allowed, unsupported_media_type
 from .kinds import (
     ALL_KINDS,
@@ -294,15 +294,15 @@ class ApiServerSim:
 
     def discovery_body(self, route: DiscoveryRoute) -> dict[str, Any]:
         if route.what == "version":
-            return discovery.version_info(self.kubernetes_version)
+            return version_info(self.kubernetes_version)
         if route.what == "api":
-            return discovery.api_versions(f"127.0.0.1:{self.port}")
+            return api_versions(f"127.0.0.1:{self.port}")
         if route.what == "apis":
-            return discovery.api_group_list(self.served)
+            return api_group_list(self.served)
         if route.what == "group":
-            return discovery.api_group(route.group, self.served[route.group])
+            return api_group(route.group, self.served[route.group])
         kinds = [k for k in self.kinds if k.group == route.group and route.version in k.versions]
-        return discovery.api_resource_list(ResourceKind.api_version(kinds[0], route.version), kinds)
+        return api_resource_list(ResourceKind.api_version(kinds[0], route.version), kinds)
 
     def list_body(self, route: ResourceRoute, query: Mapping[str, str]) -> dict[str, Any]:
         kind = route.kind
