@@ -56,7 +56,7 @@ class ClaimInfo:
 def fnv32a(data: bytes) -> int:
     value = 0x811C9DC5
     for byte in data:
-        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+        value = ((value ^ byte) * 0x01000193) % 2**32
     return value
 
 
