@@ -12,18 +12,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .kinds import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
+from kubegpu.resourceapi.model import EXACT_FIELDS
 
-# ExactDeviceRequest's fields: inline on a v1beta1 DeviceRequest, under `exactly` in v1.
-EXACT_REQUEST_FIELDS = (
-    "deviceClassName",
-    "selectors",
-    "allocationMode",
-    "count",
-    "adminAccess",
-    "tolerations",
-    "capacity",
-)
+from .kinds import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
 
 
 def to_hub(kind: ResourceKind, version: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +69,7 @@ def _requests_to_hub(claim_spec: Any) -> None:
     for request in _requests(claim_spec):
         if "firstAvailable" in request or "exactly" in request:
             continue
-        exactly = {f: request.pop(f) for f in EXACT_REQUEST_FIELDS if f in request}
+        exactly = {f: request.pop(f) for f in EXACT_FIELDS if f in request}
         request["exactly"] = exactly
 
 

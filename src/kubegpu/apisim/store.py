@@ -167,10 +167,7 @@ class Store:
             current = self._objects[kind].get((namespace if kind.namespaced else "", name))
             if current is None:
                 raise not_found(kind.qualified, name)
-            changed = change(copy.deepcopy(current))
-            wanted = (changed.get("metadata") or {}).get("resourceVersion") or ""
-            if wanted and wanted != current["metadata"]["resourceVersion"]:
-                raise conflict(kind.qualified, name, STALE_OBJECT)
+            changed = change(copy.deepcopy(current))  # a resourceVersion in the patch is checked by update
             return self.update(kind, namespace, name, changed, subresource=subresource, dry_run=dry_run)
 
     def delete(

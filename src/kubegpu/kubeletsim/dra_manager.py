@@ -164,38 +164,40 @@ class DraManager:
     async def _prepare_batch(
         self, pod: Pod, driver: str, claims: list[_Request]
     ) -> dict[str, list[PreparedDevice]]:
+        answers = await self._call(driver, "NodePrepareResources", claims)
+        return {
+            uid: [
+                PreparedDevice(d.pool_name, d.device_name, tuple(d.request_names), tuple(d.cdi_device_ids))
+                for d in cast(dra_v1.NodePrepareResourceResponse, answer).devices
+            ]
+            for uid, answer in answers.items()
+        }
+
+    async def _call(self, driver: str, method: str, claims: list[_Request]) -> dict[str, Any]:
+        """One batched call to the driver's plugin, checked as the kubelet checks it: every claim
+        answered, none with an error, no unknown UID. Returns the answers by claim UID."""
         try:
             plugin = self._plugins.get(driver)
         except DraPluginError as err:
             raise DraError(f"failed to get gRPC client for driver {driver}: {err}") from None
         messages: Any = plugin.messages
-        request = messages.NodePrepareResourcesRequest(
+        request = getattr(messages, f"{method}Request")(
             claims=[messages.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
         )
         try:
-            response = cast(
-                dra_v1.NodePrepareResourcesResponse,
-                await plugin.call("NodePrepareResources", request, messages.NodePrepareResourcesResponse),
-            )
+            response: Any = await plugin.call(method, request, getattr(messages, f"{method}Response"))
         except DraPluginError as err:
-            raise DraError(f"NodePrepareResources failed: {err}") from None
-        result: dict[str, list[PreparedDevice]] = {}
+            raise DraError(f"{method} failed: {err}") from None
         for uid, answer in response.claims.items():
             asked = next((c for c in claims if c.uid == uid), None)
             if asked is None:
-                raise DraError(f"NodePrepareResources returned result for unknown claim UID {uid}")
+                raise DraError(f"{method} returned result for unknown claim UID {uid}")
             if answer.error:
-                raise DraError(
-                    f"NodePrepareResources failed for claim {asked.namespace}/{asked.name}: {answer.error}"
-                )
-            result[uid] = [
-                PreparedDevice(d.pool_name, d.device_name, tuple(d.request_names), tuple(d.cdi_device_ids))
-                for d in answer.devices
-            ]
+                raise DraError(f"{method} failed for claim {asked.namespace}/{asked.name}: {answer.error}")
         unfinished = len(claims) - len(response.claims)
         if unfinished:
-            raise DraError(f"NodePrepareResources left out {unfinished} claims")
-        return result
+            raise DraError(f"{method} left out {unfinished} claims")
+        return dict(response.claims)
 
     # ---- unprepare --------------------------------------------------------------------------------
 
@@ -220,7 +222,7 @@ class DraManager:
                     _Request(info.namespace, info.claim_uid, info.claim_name)
                 )
         for driver, claims in batches.items():
-            await self._unprepare_batch(driver, claims)
+            await self._call(driver, "NodeUnprepareResources", claims)
         for key in done:
             self._claims.pop(key, None)
         self._sync()
@@ -232,34 +234,6 @@ class DraManager:
                 claims=names,
                 drivers=sorted(batches),
             )
-
-    async def _unprepare_batch(self, driver: str, claims: list[_Request]) -> None:
-        try:
-            plugin = self._plugins.get(driver)
-        except DraPluginError as err:
-            raise DraError(f"failed to get gRPC client for driver {driver}: {err}") from None
-        messages: Any = plugin.messages
-        request = messages.NodeUnprepareResourcesRequest(
-            claims=[messages.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
-        )
-        try:
-            response = cast(
-                dra_v1.NodeUnprepareResourcesResponse,
-                await plugin.call("NodeUnprepareResources", request, messages.NodeUnprepareResourcesResponse),
-            )
-        except DraPluginError as err:
-            raise DraError(f"NodeUnprepareResources failed: {err}") from None
-        for uid, answer in response.claims.items():
-            asked = next((c for c in claims if c.uid == uid), None)
-            if asked is None:
-                raise DraError(f"NodeUnprepareResources returned result for unknown claim UID {uid}")
-            if answer.error:
-                raise DraError(
-                    f"NodeUnprepareResources failed for claim {asked.namespace}/{asked.name}: {answer.error}"
-                )
-        unfinished = len(claims) - len(response.claims)
-        if unfinished:
-            raise DraError(f"NodeUnprepareResources left out {unfinished} claims")
 
     # ---- containers and reconciliation ------------------------------------------------------------
 

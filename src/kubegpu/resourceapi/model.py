@@ -14,6 +14,7 @@ from typing import Any
 
 V1BETA1 = "resource.k8s.io/v1beta1"
 ALLOCATION_RESULTS_MAX = 32  # resourceapi.AllocationResultsMaxSize
+# ExactDeviceRequest's fields: inline on a v1beta1 DeviceRequest, under `exactly` in v1.
 EXACT_FIELDS = (
     "deviceClassName",
     "selectors",
