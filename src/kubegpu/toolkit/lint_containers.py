@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import re
 
+from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_extended_resource_name
 from kubegpu.toolkit import pod_requests as res
-from kubegpu.toolkit import quantity
 from kubegpu.toolkit.lint_rules import ERROR, LOOKS_LIKE_GPU, WARNING, LintContext
 from kubegpu.toolkit.manifests import Path, Workload
 from kubegpu.toolkit.model import Container, limits, requests
