@@ -86,6 +86,19 @@ def preferred_devices(
     return required + _best_gpu_set(resource, links, required, candidates, needed)
 
 
+def validate_container_count(resource: Resource, count: int) -> None:
+    """Refuse a request of more container entries than the node has devices (each needs at least one).
+
+    The kubelet sends one per call; each entry costs a search, so their number is bounded before any runs.
+    """
+    if count > max(1, len(resource.devices)):
+        raise PreferredAllocationError(
+            f'invalid preferred allocation request for "{resource.name}": {count} container requests but '
+            f"this node advertises only {len(resource.devices)} devices for {resource.name} "
+            "(the kubelet sends one per call)"
+        )
+
+
 def validate_preferred_request(
     resource: Resource, available: Sequence[str], must_include: Sequence[str], size: int
 ) -> None:
@@ -118,7 +131,8 @@ def validate_preferred_request(
                     prefix + f"device {quote_id(device_id)} is listed more than once among the {what} devices"
                 )
             seen.add(device_id)
-    outside = [d for d in must_include if d not in set(available)]
+    listed = set(available)
+    outside = [d for d in must_include if d not in listed]
     if outside:
         raise PreferredAllocationError(
             prefix + f"must-include device(s) {quote_ids(outside)} are not among the available devices; "

@@ -38,10 +38,11 @@ class LogThrottle:
         self._clock = clock
         self._windows: dict[str, _Window] = {}
 
-    def log(self, level: int, key: str, msg: str, *args: object) -> bool:
+    def log(self, level: int, key: str, msg: str, *args: object, stacklevel: int = 1) -> bool:
         """Log `msg % args` at `level` unless `key` used up its lines for this interval; True when logged.
 
         `key` names a kind of message chosen by the caller (never client text: each key holds a counter).
+        `stacklevel` as for `logging.Logger.log`, counted from the caller of this method.
         """
         now = self._clock()
         window = self._windows.get(key)
@@ -56,8 +57,8 @@ class LogThrottle:
             args = (*args, window.held_back)
             window.held_back = 0
         window.logged += 1
-        self._logger.log(level, msg, *args)
+        self._logger.log(level, msg, *args, stacklevel=stacklevel + 1)
         return True
 
     def warning(self, key: str, msg: str, *args: object) -> bool:
-        return self.log(logging.WARNING, key, msg, *args)
+        return self.log(logging.WARNING, key, msg, *args, stacklevel=2)

@@ -1,0 +1,80 @@
+"""The DevicePlugin service's method table, with request decoding that never raises.
+
+grpcio's generated `add_DevicePluginServicer_to_server` decodes with `FromString`; a body that does not
+parse makes grpcio log an ERROR with a traceback and answer UNKNOWN, once per body, so any client of the
+socket decides how much the plugin logs. Here a body that does not parse becomes an `Undecodable` value
+handed to the servicer, which answers INVALID_ARGUMENT and logs at a bounded rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from kubegpu.api.v1beta1 import api_pb2
+
+SERVICE = "v1beta1.DevicePlugin"
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A request body that is not the method's message (it keeps no byte of the body)."""
+
+    type_name: str
+    size: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"the request body ({self.size} bytes) is not a valid {self.type_name}: {self.reason}"
+
+
+def lenient(message_type: type[Message]) -> Callable[[bytes], Message | Undecodable]:
+    def decode(data: bytes) -> Message | Undecodable:
+        try:
+            return message_type.FromString(data)
+        except Exception as err:  # DecodeError, or whatever else the parser raises on hostile bytes
+            return Undecodable(message_type.DESCRIPTOR.full_name, len(data), str(err) or type(err).__name__)
+
+    return decode
+
+
+def method_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
+    """The five DevicePlugin methods of `servicer`, as the generated stub registers them."""
+    unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+    return {
+        "GetDevicePluginOptions": unary(
+            servicer.GetDevicePluginOptions,
+            request_deserializer=lenient(api_pb2.Empty),
+            response_serializer=api_pb2.DevicePluginOptions.SerializeToString,
+        ),
+        "ListAndWatch": stream(
+            servicer.ListAndWatch,
+            request_deserializer=lenient(api_pb2.Empty),
+            response_serializer=api_pb2.ListAndWatchResponse.SerializeToString,
+        ),
+        "GetPreferredAllocation": unary(
+            servicer.GetPreferredAllocation,
+            request_deserializer=lenient(api_pb2.PreferredAllocationRequest),
+            response_serializer=api_pb2.PreferredAllocationResponse.SerializeToString,
+        ),
+        "Allocate": unary(
+            servicer.Allocate,
+            request_deserializer=lenient(api_pb2.AllocateRequest),
+            response_serializer=api_pb2.AllocateResponse.SerializeToString,
+        ),
+        "PreStartContainer": unary(
+            servicer.PreStartContainer,
+            request_deserializer=lenient(api_pb2.PreStartContainerRequest),
+            response_serializer=api_pb2.PreStartContainerResponse.SerializeToString,
+        ),
+    }
+
+
+def add_to_server(servicer: Any, server: grpc.aio.Server) -> None:
+    handlers = method_handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
