@@ -219,7 +219,7 @@ async def test_the_largest_request_a_kubelet_sends_is_accepted() -> None:
         assert list(response.container_responses[0].deviceIDs) == all_ids
 
 
-async def test_a_resource_that_outgrows_the_limit_is_served_again_with_a_larger_one() -> None:
+async def test_a_resource_that_outgrows_the_limit_says_so_and_starts_again_with_a_larger_one() -> None:
     small = build_resources(INVENTORY)[0]
     big = Resource(
         "nvidia.com/gpu",
@@ -232,9 +232,14 @@ async def test_a_resource_that_outgrows_the_limit_is_served_again_with_a_larger_
         replicas=300,
     )
     async with serving(small) as (server, _):
-        assert (server.incarnation, server.receive_limit) == (1, 65536)
+        assert (server.incarnation, server.receive_limit, server.outgrown) == (1, 65536, False)
+        told: list[bool] = []
+        server.on_outgrown = lambda: told.append(True)
         assert await server.update(big)
-        assert server.incarnation == 2 and server.running  # the registrar registers the new incarnation
+        assert server.outgrown and told == [True]  # the registrar restarts it, under its lock
+        await server.stop()
+        await server.start()
+        assert server.incarnation == 2 and not server.outgrown
         ids = [d.id for d in big.devices]
         request = api_pb2.PreferredAllocationRequest(
             container_requests=[
@@ -246,8 +251,7 @@ async def test_a_resource_that_outgrows_the_limit_is_served_again_with_a_larger_
         async with grpc.aio.insecure_channel(f"unix://{server.socket_path}") as channel:
             response = await api_pb2_grpc.DevicePluginStub(channel).GetPreferredAllocation(request)
         assert len(response.container_responses[0].deviceIDs) == 1200
-        assert not await server.update(big)  # the same list again: nothing restarts
-        assert server.incarnation == 2
+        assert not await server.update(big) and told == [True]  # the same list again: nothing to do
 
 
 async def test_calls_beyond_the_concurrency_limit_are_resource_exhausted(served) -> None:

@@ -1,4 +1,8 @@
-"""The CDI spec files on disk: written atomically when they change, removed when no longer served."""
+"""The CDI spec files on disk: written atomically when they change, removed when no longer served.
+
+The CDI root, when we create it, is 0755 whatever the umask: the container runtime reads the specs (as
+it reads /etc/cdi); the files themselves are 0644 (`write_atomic` sets their mode).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kubegpu.allocation.cdi import Spec, spec_file_name
+from kubegpu.common.dirs import ensure_dir
 from kubegpu.common.files import write_atomic
 
 log = logging.getLogger(__name__)
+
+CDI_ROOT_MODE = 0o755
 
 
 class CdiSpecWriter:
@@ -26,6 +33,8 @@ class CdiSpecWriter:
 
     def refresh(self, specs: Mapping[str, Spec]) -> None:
         """Write `specs` (class -> spec); remove the files of classes no longer present."""
+        if specs:
+            ensure_dir(self.root, CDI_ROOT_MODE)
         for device_class, spec in specs.items():
             data = (json.dumps(spec, indent=2) + "\n").encode()
             if write_atomic(self.path(device_class), data, skip_unchanged=True):

@@ -122,6 +122,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         self._generation = 0
         self._receive_limit = 0
         self.incarnation = 0  # how many times it started: each incarnation registers with the kubelet once
+        self.on_outgrown: Callable[[], None] | None = None  # set by the registrar that keeps it serving
 
     @property
     def name(self) -> str:
@@ -187,29 +188,24 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         self._socket_inode = None
         log.info("stopped serving %s", self.name)
 
-    async def update(self, resource: Resource) -> bool:
-        """Serve a new device list; returns True when the kubelet will see a change.
+    @property
+    def outgrown(self) -> bool:
+        """True when the kubelet could send a request naming all our devices that the server would refuse.
 
-        A device list too long for the running server's receive limit (the kubelet could not send a request
-        naming all of them) restarts the server with a larger one; the registrar registers it again.
+        The registrar then restarts the server (with a limit for the new count) and registers it again.
         """
+        return self.running and largest_request_bytes(len(self.resource.devices)) > self._receive_limit
+
+    async def update(self, resource: Resource) -> bool:
+        """Serve a new device list; returns True when the kubelet will see a change."""
         changed = device_list(resource) != device_list(self.resource)
         self.resource = resource
-        if self.running and largest_request_bytes(len(resource.devices)) > self._receive_limit:
-            log.info(
-                "%s now has %d devices, more than a %d KiB request can name: serving it again with a "
-                "larger receive limit",
-                self.name,
-                len(resource.devices),
-                self._receive_limit // 1024,
-            )
-            await self.stop()
-            await self.start()
-            return True
         if changed:
             async with self._changed:
                 self._generation += 1
                 self._changed.notify_all()
+        if self.outgrown and self.on_outgrown is not None:
+            self.on_outgrown()
         return changed
 
     def _outdated(self, generation: int, server: grpc.aio.Server | None) -> bool:
