@@ -91,20 +91,37 @@ async def test_no_kubelet_socket_serves_without_registering(plugin_dir: Path) ->
     assert not (plugin_dir / RESOURCE.socket_name).exists()
 
 
+class LogEvent(logging.Handler):
+    """An asyncio.Event set when a record containing `text` is logged."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
 async def test_directory_removed_and_recreated(plugin_dir: Path, registrar: Registrar) -> None:
     sim = KubeletSimulator(plugin_dir)
     await sim.start()
+    went_away = LogEvent("went away; waiting for it")
+    logging.getLogger("kubegpu.plugin.registrar").addHandler(went_away)
     try:
         await registrar.set_servers([_server(plugin_dir)])
         await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
         await sim.stop()
         shutil.rmtree(plugin_dir)
-        await asyncio.sleep(0.3)
+        async with asyncio.timeout(5):  # the watcher notices before the kubelet comes back
+            await went_away.seen.wait()
         sim = KubeletSimulator(plugin_dir)  # a fresh kubelet re-creates the directory
         await sim.start()
         await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=10)
         assert (plugin_dir / RESOURCE.socket_name).exists()
     finally:
+        logging.getLogger("kubegpu.plugin.registrar").removeHandler(went_away)
         await sim.stop()
 
 

@@ -335,3 +335,28 @@ async def test_any_allocate_request_gets_a_response_or_a_grpc_error(
     else:
         assert len(response.container_responses) == len(requests)
     assert (await stub.GetDevicePluginOptions(api_pb2.Empty())).get_preferred_allocation_available
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(ids, max_size=6), st.lists(ids, max_size=3), st.integers(-1, 6))
+async def test_any_preferred_request_gets_an_answer_or_invalid_argument(
+    served, available: list[str], must: list[str], size: int
+) -> None:
+    _, stub = served
+    request = api_pb2.PreferredAllocationRequest(
+        container_requests=[
+            api_pb2.ContainerPreferredAllocationRequest(
+                available_deviceIDs=available, must_include_deviceIDs=must, allocation_size=size
+            )
+        ]
+    )
+    try:
+        response = await stub.GetPreferredAllocation(request)
+    except grpc.aio.AioRpcError as err:
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.details().isprintable() and len(err.details()) < 400
+    else:
+        chosen = list(response.container_responses[0].deviceIDs)
+        assert len(chosen) == len(set(chosen)) == size
+        assert set(must) <= set(chosen) <= set(available)
+    assert (await stub.GetDevicePluginOptions(api_pb2.Empty())).get_preferred_allocation_available
