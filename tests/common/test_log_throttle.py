@@ -7,14 +7,7 @@ import logging
 import pytest
 
 from kubegpu.common.log_throttle import LogThrottle
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.common.test_backoff import Clock
 
 
 @pytest.fixture

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from kubegpu.allocation.allocate import AllocateOptions
-from kubegpu.allocation.resources import Device, Resource, build_resources
+from kubegpu.allocation.resources import build_resources
 from kubegpu.kubeletsim import Container, EventKind, KubeletSimulator, Pod
 from kubegpu.plugin.registrar import Registrar, registration_backoff
 from kubegpu.plugin.server import ResourceServer
+from tests.allocation.test_preferred import replicas
 from tests.builders import make_inventory
 
 INVENTORY = make_inventory(4)
@@ -36,6 +37,15 @@ def plugin_dir() -> Path:
 
 def _server(plugin_dir: Path) -> ResourceServer:
     return ResourceServer(RESOURCE, plugin_dir, AllocateOptions(), INVENTORY.link_map)
+
+
+@pytest.fixture
+async def sim(plugin_dir: Path) -> AsyncIterator[KubeletSimulator]:
+    """A kubelet on the directory, started after the registrar (fixtures start in parameter order)."""
+    kubelet = KubeletSimulator(plugin_dir)
+    await kubelet.start()
+    yield kubelet
+    await kubelet.stop()
 
 
 @pytest.fixture
@@ -61,22 +71,17 @@ async def test_waits_for_a_kubelet_that_starts_later(plugin_dir: Path, registrar
 
 
 async def test_kubelet_restart_restarts_the_server_before_registering(
-    plugin_dir: Path, registrar: Registrar
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator
 ) -> None:
-    sim = KubeletSimulator(plugin_dir)
-    await sim.start()
-    try:
-        await registrar.set_servers([_server(plugin_dir)])
-        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
-        for _ in range(3):
-            mark = sim.last_seq
-            await sim.restart()
-            await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=RESOURCE.name, after=mark, timeout=5)
-        # Exactly one registration per kubelet incarnation: no duplicate that the v1.32 kubelet would punish.
-        assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 4
-        assert sim.allocatable()[RESOURCE.name] == 4
-    finally:
-        await sim.stop()
+    await registrar.set_servers([_server(plugin_dir)])
+    await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+    for _ in range(3):
+        mark = sim.last_seq
+        await sim.restart()
+        await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=RESOURCE.name, after=mark, timeout=5)
+    # Exactly one registration per kubelet incarnation: no duplicate that the v1.32 kubelet would punish.
+    assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 4
+    assert sim.allocatable()[RESOURCE.name] == 4
 
 
 async def test_no_kubelet_socket_serves_without_registering(plugin_dir: Path) -> None:
@@ -125,27 +130,22 @@ async def test_directory_removed_and_recreated(plugin_dir: Path, registrar: Regi
         await sim.stop()
 
 
-async def test_rejected_registration_is_retried_with_backoff(plugin_dir: Path, registrar: Registrar) -> None:
-    sim = KubeletSimulator(plugin_dir)
-    await sim.start()
-    try:
-        bad = build_resources(INVENTORY)[0]
-        object.__setattr__(bad, "name", "kubernetes.io/gpu")  # the kubelet refuses this name
-        server = ResourceServer(bad, plugin_dir, AllocateOptions(), INVENTORY.link_map)
-        await registrar.set_servers([server])
-        await sim.wait_for(lambda: len(sim.events(EventKind.REGISTRATION_REJECTED)) >= 6, timeout=10)
-        state = registrar.state["kubernetes.io/gpu"]
-        assert state.last_error == 'UNKNOWN: the ResourceName "kubernetes.io/gpu" is invalid'
-        # Retried, but backing off rather than spinning. The first attempts come from start-up wake-ups
-        # (set_servers, the watcher, our socket appearing); after them each wait is at least the back-off's
-        # lower bound (20 ms doubling, less 20% jitter), and load only makes the gaps longer.
-        times = [e.time for e in sim.events(EventKind.REGISTRATION_REJECTED)][:6]
-        gaps = [b - a for a, b in itertools.pairwise(times)]
-        assert [gap >= low for gap, low in zip(gaps[-3:], (0.016, 0.032, 0.064), strict=True)] == [
-            True
-        ] * 3, gaps
-    finally:
-        await sim.stop()
+async def test_rejected_registration_is_retried_with_backoff(
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator
+) -> None:
+    bad = build_resources(INVENTORY)[0]
+    object.__setattr__(bad, "name", "kubernetes.io/gpu")  # the kubelet refuses this name
+    server = ResourceServer(bad, plugin_dir, AllocateOptions(), INVENTORY.link_map)
+    await registrar.set_servers([server])
+    await sim.wait_for(lambda: len(sim.events(EventKind.REGISTRATION_REJECTED)) >= 6, timeout=10)
+    state = registrar.state["kubernetes.io/gpu"]
+    assert state.last_error == 'UNKNOWN: the ResourceName "kubernetes.io/gpu" is invalid'
+    # Retried, but backing off rather than spinning. The first attempts come from start-up wake-ups
+    # (set_servers, the watcher, our socket appearing); after them each wait is at least the back-off's
+    # lower bound (20 ms doubling, less 20% jitter), and load only makes the gaps longer.
+    times = [e.time for e in sim.events(EventKind.REGISTRATION_REJECTED)][:6]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert [gap >= low for gap, low in zip(gaps[-3:], (0.016, 0.032, 0.064), strict=True)] == [True] * 3, gaps
 
 
 @pytest.mark.parametrize(
@@ -164,61 +164,43 @@ def test_registration_backoff_bounds(pick: str, delays: list[float]) -> None:
 
 
 async def test_a_kubelet_restart_that_keeps_our_socket_restarts_the_server_before_registering(
-    plugin_dir: Path, registrar: Registrar, caplog: pytest.LogCaptureFixture
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The simulator's usual restart deletes our socket, so this branch never ran in a test: a kubelet whose
     # clean-up did not remove it leaves our server serving, registered with a kubelet that is gone.
-    sim = KubeletSimulator(plugin_dir)
-    await sim.start()
-    try:
-        server = _server(plugin_dir)
-        await registrar.set_servers([server])
-        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
-        assert server.incarnation == 1
-        mark = sim.last_seq
-        with caplog.at_level(logging.INFO, logger="kubegpu.plugin.registrar"):
-            await sim.restart(keep_plugin_sockets=True)
-            await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=RESOURCE.name, after=mark, timeout=5)
-        assert "kubelet restarted: restarting nvidia.com/gpu before registering again" in caplog.messages
-        assert server.incarnation == 2  # restarted, so the old kubelet's stream is gone before we register
-        assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 2
-        assert sim.allocatable()[RESOURCE.name] == 4
-        pod = await sim.admit(Pod("after", containers=[Container("c", {RESOURCE.name: 2})]))
-        assert len(pod.containers["c"].devices[RESOURCE.name]) == 2
-        assert registrar.all_registered()
-    finally:
-        await sim.stop()
+    server = _server(plugin_dir)
+    await registrar.set_servers([server])
+    await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+    assert server.incarnation == 1
+    mark = sim.last_seq
+    with caplog.at_level(logging.INFO, logger="kubegpu.plugin.registrar"):
+        await sim.restart(keep_plugin_sockets=True)
+        await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=RESOURCE.name, after=mark, timeout=5)
+    assert "kubelet restarted: restarting nvidia.com/gpu before registering again" in caplog.messages
+    assert server.incarnation == 2  # restarted, so the old kubelet's stream is gone before we register
+    assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 2
+    assert sim.allocatable()[RESOURCE.name] == 4
+    pod = await sim.admit(Pod("after", containers=[Container("c", {RESOURCE.name: 2})]))
+    assert len(pod.containers["c"].devices[RESOURCE.name]) == 2
+    assert registrar.all_registered()
 
 
 async def test_a_server_that_restarts_itself_is_registered_again(
-    plugin_dir: Path, registrar: Registrar
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator
 ) -> None:
-    sim = KubeletSimulator(plugin_dir)
-    await sim.start()
-    try:
-        server = _server(plugin_dir)
-        await registrar.set_servers([server])
-        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
-        # 1,200 replicas: too many for the 64 KiB the server started with, so it serves again, larger.
-        replicated = Resource(
-            RESOURCE.name,
-            tuple(
-                Device(f"{d.id}::{r}", d.uuid, d.index, d.gpu_index, d.health, d.numa_node, d.paths)
-                for d in RESOURCE.devices
-                for r in range(300)
-            ),
-            sharing="time-slicing",
-            replicas=300,
-        )
-        mark = sim.last_seq
-        await server.update(replicated)  # wakes the registrar, which restarts the server and registers it
-        await sim.wait_for_event(EventKind.REGISTERED, resource=RESOURCE.name, after=mark, timeout=10)
-        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 1200, timeout=10)
-        assert server.incarnation == 2 and server.receive_limit > 65536
-        assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 2
-        assert registrar.all_registered()
-    finally:
-        await sim.stop()
+    server = _server(plugin_dir)
+    await registrar.set_servers([server])
+    await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+    # 1,200 replicas: too many for the 64 KiB the server started with, so it serves again, larger.
+    mark = sim.last_seq
+    await server.update(
+        replicas(300, gpus=4)
+    )  # wakes the registrar, which restarts the server and registers it
+    await sim.wait_for_event(EventKind.REGISTERED, resource=RESOURCE.name, after=mark, timeout=10)
+    await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 1200, timeout=10)
+    assert server.incarnation == 2 and server.receive_limit > 65536
+    assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 2
+    assert registrar.all_registered()
 
 
 async def test_the_plugin_directory_we_create_is_0750_whatever_the_umask(plugin_dir: Path) -> None:

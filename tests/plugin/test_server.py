@@ -20,12 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubegpu.allocation.allocate import AllocateOptions
-from kubegpu.allocation.resources import Device, Resource, build_resources
+from kubegpu.allocation.resources import Resource, build_resources
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 from kubegpu.common.log_throttle import LogThrottle
 from kubegpu.node.inventory import Health
 from kubegpu.plugin import server as server_module
 from kubegpu.plugin.server import ResourceServer
+from tests.allocation.test_preferred import replicas
 from tests.builders import gpu_uuid, make_inventory
 
 INVENTORY = make_inventory(4, {(0, 1): 12, (2, 3): 12}, numa=[0, 0, 1, 1])
@@ -194,16 +195,7 @@ async def test_a_request_beyond_the_receive_limit_is_resource_exhausted_and_serv
 
 async def test_the_largest_request_a_kubelet_sends_is_accepted() -> None:
     # 8 GPUs x 200 replicas: a GetPreferredAllocation listing every device as available and as must-include.
-    resource = Resource(
-        "nvidia.com/gpu",
-        tuple(
-            Device(f"{gpu_uuid(g)}::{r}", gpu_uuid(g), str(g), g, Health.ok(), 0, (f"/dev/nvidia{g}",))
-            for g in range(8)
-            for r in range(200)
-        ),
-        sharing="time-slicing",
-        replicas=200,
-    )
+    resource = replicas(200, gpus=8)
     all_ids = [d.id for d in resource.devices]
     request = api_pb2.PreferredAllocationRequest(
         container_requests=[
@@ -221,16 +213,7 @@ async def test_the_largest_request_a_kubelet_sends_is_accepted() -> None:
 
 async def test_a_resource_that_outgrows_the_limit_says_so_and_starts_again_with_a_larger_one() -> None:
     small = build_resources(INVENTORY)[0]
-    big = Resource(
-        "nvidia.com/gpu",
-        tuple(
-            Device(f"{gpu_uuid(g)}::{r}", gpu_uuid(g), str(g), g, Health.ok(), 0, (f"/dev/nvidia{g}",))
-            for g in range(4)
-            for r in range(300)
-        ),
-        sharing="time-slicing",
-        replicas=300,
-    )
+    big = replicas(300, gpus=4)
     async with serving(small) as (server, _):
         assert (server.incarnation, server.receive_limit, server.outgrown) == (1, 65536, False)
         told: list[bool] = []

@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 
 from kubegpu.api.v1beta1 import api_pb2
 
-SERVICE = "v1beta1.DevicePlugin"
+SERVICE = api_pb2.DESCRIPTOR.services_by_name["DevicePlugin"].full_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,35 +43,20 @@ def lenient(message_type: type[Message]) -> Callable[[bytes], Message | Undecoda
 
 
 def method_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
-    """The five DevicePlugin methods of `servicer`, as the generated stub registers them."""
-    unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
-    return {
-        "GetDevicePluginOptions": unary(
-            servicer.GetDevicePluginOptions,
-            request_deserializer=lenient(api_pb2.Empty),
-            response_serializer=api_pb2.DevicePluginOptions.SerializeToString,
-        ),
-        "ListAndWatch": stream(
-            servicer.ListAndWatch,
-            request_deserializer=lenient(api_pb2.Empty),
-            response_serializer=api_pb2.ListAndWatchResponse.SerializeToString,
-        ),
-        "GetPreferredAllocation": unary(
-            servicer.GetPreferredAllocation,
-            request_deserializer=lenient(api_pb2.PreferredAllocationRequest),
-            response_serializer=api_pb2.PreferredAllocationResponse.SerializeToString,
-        ),
-        "Allocate": unary(
-            servicer.Allocate,
-            request_deserializer=lenient(api_pb2.AllocateRequest),
-            response_serializer=api_pb2.AllocateResponse.SerializeToString,
-        ),
-        "PreStartContainer": unary(
-            servicer.PreStartContainer,
-            request_deserializer=lenient(api_pb2.PreStartContainerRequest),
-            response_serializer=api_pb2.PreStartContainerResponse.SerializeToString,
-        ),
-    }
+    """Every method of the DevicePlugin service in the proto, bound to `servicer`'s method of that name."""
+    handlers = {}
+    for name, method in api_pb2.DESCRIPTOR.services_by_name["DevicePlugin"].methods_by_name.items():
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[name] = make(
+            getattr(servicer, name),
+            request_deserializer=lenient(getattr(api_pb2, method.input_type.name)),
+            response_serializer=getattr(api_pb2, method.output_type.name).SerializeToString,
+        )
+    return handlers
 
 
 def add_to_server(servicer: Any, server: grpc.aio.Server) -> None:
