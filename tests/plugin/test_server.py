@@ -265,6 +265,11 @@ async def test_a_refused_request_is_freed_at_once_not_at_the_next_full_collectio
     bad = api_pb2.AllocateRequest(
         container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-nope"])]
     )
+    bad_preferred = api_pb2.PreferredAllocationRequest(
+        container_requests=[
+            api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=["GPU-nope"], allocation_size=1)
+        ]
+    )
     gc.collect()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)
@@ -273,6 +278,8 @@ async def test_a_refused_request_is_freed_at_once_not_at_the_next_full_collectio
         for _ in range(5):
             with pytest.raises(grpc.aio.AioRpcError):
                 await stub.Allocate(bad)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stub.GetPreferredAllocation(bad_preferred)
         gc.collect()
         ours = [
             o
