@@ -2,7 +2,8 @@
 
 It speaks the real Device Plugin API v1beta1 on real unix sockets and follows the real kubelet's rules
 (see docs/reference/kubelet-device-plugin-api.md): registration checks and dial-back, ListAndWatch as the
-complete device list, capacity vs allocatable, restart wiping the socket directory, the checkpoint, and
+complete device list, capacity vs allocatable, restart wiping the socket directory (or, on request, a
+restart that leaves plugin sockets as a failed clean-up does), the checkpoint, and
 pod admission with GetPreferredAllocation, one Allocate per container per resource, and PreStartContainer.
 It also serves the PodResources API v1 (which pod and container hold which device) next to the
 device-plugin directory, as the kubelet does: `<root>/pod-resources/kubelet.sock` for `<root>/device-plugins`.

@@ -85,8 +85,13 @@ class KubeletSimulator:
     def running(self) -> bool:
         return self._server is not None
 
-    async def start(self) -> None:
-        """Start like the kubelet: read the checkpoint, wipe the directory but for it, serve kubelet.sock."""
+    async def start(self, *, keep_plugin_sockets: bool = False) -> None:
+        """Start like the kubelet: read the checkpoint, wipe the directory but for it, serve kubelet.sock.
+
+        `keep_plugin_sockets`: skip the wipe, as a kubelet does whose clean-up failed (it logs and goes on);
+        plugins then still serve on their old sockets and only kubelet.sock's new identity tells them that
+        the kubelet they registered with is gone.
+        """
         if self.running:
             raise RuntimeError("the kubelet simulator is already running")
         if len(str(self.socket_path).encode()) > _MAX_UNIX_SOCKET_PATH:
@@ -111,7 +116,12 @@ class KubeletSimulator:
         if not restored and self._node.reset():
             self._emit_node_status(set(self._node.capacity))
         server = RegistrationServer(
-            self.plugin_dir, manager, self._log, self._rpcs.append, dial_timeout=self.dial_timeout
+            self.plugin_dir,
+            manager,
+            self._log,
+            self._rpcs.append,
+            dial_timeout=self.dial_timeout,
+            cleanup=not keep_plugin_sockets,
         )
         try:
             await server.start()
@@ -146,6 +156,7 @@ class KubeletSimulator:
             checkpoint=restored,
             waiting=waiting,
             dra_claims=restored_claims,
+            kept_plugin_sockets=keep_plugin_sockets,
         )
         self._sync_node_status()
 
@@ -164,11 +175,12 @@ class KubeletSimulator:
             self._manager.close()
         self._log.emit(EventKind.KUBELET_STOPPED, "kubelet stopped", socket=str(self.socket_path))
 
-    async def restart(self) -> None:
-        """Stop, then start on the same directory: plugin sockets are deleted and registered resources come
-        back from the checkpoint with capacity 0 until their plugins register again."""
+    async def restart(self, *, keep_plugin_sockets: bool = False) -> None:
+        """Stop, then start on the same directory: plugin sockets are deleted (unless `keep_plugin_sockets`,
+        see `start`) and registered resources come back from the checkpoint with capacity 0 until their
+        plugins register again."""
         await self.stop()
-        await self.start()
+        await self.start(keep_plugin_sockets=keep_plugin_sockets)
 
     async def __aenter__(self) -> KubeletSimulator:
         await self.start()

@@ -3,6 +3,9 @@
 A refresh is all or nothing: when one spec cannot be written (a read-only or full CDI root), the specs it
 already replaced are written back as they were and nothing is removed, so the runtime keeps finding every
 name the servers still hand out.
+
+The CDI root, when we create it, is 0755 whatever the umask: the container runtime reads the specs (as
+it reads /etc/cdi); the files themselves are 0644 (`write_atomic` sets their mode).
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kubegpu.allocation.cdi import Spec, spec_file_name
+from kubegpu.common.dirs import ensure_dir
 from kubegpu.common.files import write_atomic
 
 log = logging.getLogger(__name__)
+
+CDI_ROOT_MODE = 0o755
 
 
 class CdiSpecWriter:
@@ -33,6 +39,8 @@ class CdiSpecWriter:
         """Write `specs` (class -> spec); remove the files of classes no longer present.
 
         Raises OSError when a spec cannot be written, after putting back what this call had changed."""
+        if specs:
+            ensure_dir(self.root, CDI_ROOT_MODE)
         contents = {c: (json.dumps(spec, indent=2) + "\n").encode() for c, spec in specs.items()}
         replaced: list[str] = []
         try:
