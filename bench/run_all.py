@@ -120,6 +120,7 @@ def main() -> int:
         "xid_latency": ["--injections", str(args.injections)],
         "cold_start": ["--runs", str(args.runs)],
         "rss": ["--allocates", str(args.allocates)],
+        "serving_bounds": ["--rounds", "3"],
         "sharing_bench": ["--runs", "200"],
         "metrics_bench": ["--scrapes", "300"],
         "recovery_latency": ["--rounds", "2"],

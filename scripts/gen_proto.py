@@ -1,4 +1,5 @@
-"""Regenerate the committed gRPC stubs from our protos: the Device Plugin API (v1beta1) and PodResources (v1).
+"""Regenerate the committed gRPC stubs from our protos: the Device Plugin API (v1beta1), PodResources (v1),
+the plugin registration API, the DRA node service (v1, v1beta1) and the DRA health service (v1alpha1).
 
 Usage: python scripts/gen_proto.py [OUT_DIR]   (default: src, i.e. in place)
 The stubs are committed so that installing kubegpu never needs grpcio-tools; tests/plugin/test_proto_stubs.py
@@ -16,7 +17,14 @@ from pathlib import Path
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
-PROTOS = ("kubegpu/api/v1beta1/api.proto", "kubegpu/api/podresources/v1/api.proto")
+PROTOS = (
+    "kubegpu/api/v1beta1/api.proto",
+    "kubegpu/api/podresources/v1/api.proto",
+    "kubegpu/api/pluginregistration/v1/api.proto",
+    "kubegpu/api/dra/v1/api.proto",
+    "kubegpu/api/dra/v1beta1/api.proto",
+    "kubegpu/api/drahealth/v1alpha1/api.proto",
+)
 
 
 def grpc_typing_plugin() -> str:

@@ -15,7 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 TOOLS = ("labels", "configmanager", "mps", "configcheck", "toolkit", "demo")
-BELOW_PLUGIN = ("common", "settings", "node", "allocation", "api", "cli")
+BELOW_PLUGIN = ("common", "settings", "node", "allocation", "api", "cli", "resourceapi")
 
 # package -> the kubegpu packages (or modules) it may import besides its own.
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -24,10 +24,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "node": ("settings", "common"),
     "allocation": ("settings", "common", "node.inventory", "node.driverfiles"),
     "api": (),
+    "resourceapi": ("common",),
+    "apisim": ("common", "resourceapi"),
     "cli": ("settings", "common", "kubegpu"),
     "plugin": (*BELOW_PLUGIN, "kubegpu"),
     "kubeletsim": ("api", "common"),
-    **{tool: (*BELOW_PLUGIN, "kubeletsim", *TOOLS, "kubegpu") for tool in TOOLS},
+    **{tool: (*BELOW_PLUGIN, "kubeletsim", "apisim", *TOOLS, "kubegpu") for tool in TOOLS},
     "__main__": ("cli",),
 }
 
@@ -38,6 +40,8 @@ FORBIDDEN_LIBRARIES: dict[str, tuple[str, ...]] = {
     "allocation": ("grpc", "pynvml", "asyncio"),
     "node": ("grpc",),
     "kubeletsim": ("pynvml",),
+    "resourceapi": ("grpc", "pynvml", "asyncio"),
+    "apisim": ("grpc", "pynvml"),
 }
 
 
@@ -193,6 +197,23 @@ def test_the_checker_catches_a_tool_importing_the_daemon_and_the_simulator_impor
         "kubegpu.kubeletsim.y imports kubegpu.allocation.resources",
         "kubegpu.settings.z imports kubegpu.allocation.allocate",
         "kubegpu.toolkit.x imports kubegpu.plugin.daemon",
+    ]
+
+
+def test_the_checker_keeps_the_dra_layers_apart() -> None:
+    made_up = {
+        "kubegpu.resourceapi.x": {"kubegpu.apisim.server", "grpc"},
+        "kubegpu.apisim.y": {"kubegpu.resourceapi.cel", "kubegpu.kubeletsim.dra"},
+        "kubegpu.kubeletsim.z": {"kubegpu.apisim.server", "kubegpu.resourceapi.model"},
+        "kubegpu.plugin.w": {"kubegpu.resourceapi.model", "kubegpu.apisim.server"},
+    }
+    assert wall_violations(made_up) == [
+        "kubegpu.apisim.y imports kubegpu.kubeletsim.dra",
+        "kubegpu.kubeletsim.z imports kubegpu.apisim.server",
+        "kubegpu.kubeletsim.z imports kubegpu.resourceapi.model",
+        "kubegpu.plugin.w imports kubegpu.apisim.server",
+        "kubegpu.resourceapi.x imports grpc",
+        "kubegpu.resourceapi.x imports kubegpu.apisim.server",
     ]
 
 

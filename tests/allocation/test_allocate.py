@@ -8,6 +8,7 @@ from kubegpu.allocation.allocate import (
     AllocateOptions,
     AllocationRequestError,
     allocate_container,
+    validate_containers,
     validate_request,
 )
 from kubegpu.allocation.resources import Device, Resource, build_resources
@@ -83,6 +84,38 @@ def test_bad_requests_are_explained(ids: list[str], fragment: str) -> None:
     assert fragment in str(err.value)
     assert str(err.value).startswith('invalid allocation request for "nvidia.com/gpu": invalid request: ')
     assert not err.value.nvidia_compatible
+
+
+def test_an_unknown_id_that_would_forge_a_log_line_is_quoted() -> None:
+    # NVIDIA's text is kept for every printable ID; one with a newline or escape sequence would end the log
+    # line there and start a fake one, so it is quoted and escaped instead.
+    with pytest.raises(AllocationRequestError) as err:
+        validate_request(RESOURCE, ["GPU-x\n2026-01-01T00:00:00.000 ERROR kubegpu: fake"])
+    assert str(err.value) == (
+        'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: '
+        "'GPU-x\\n2026-01-01T00:00:00.000 ERROR kubegpu: fake'"
+    )
+    assert err.value.nvidia_compatible
+
+
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ([], "no container requests (the kubelet sends one per container)"),
+        ([3, 3, 3], "9 devices requested in 3 containers but this node advertises only 8 for nvidia.com/gpu"),
+    ],
+)
+def test_whole_requests_beyond_the_node_are_refused(counts: list[int], message: str) -> None:
+    with pytest.raises(AllocationRequestError) as err:
+        validate_containers(RESOURCE, counts)
+    assert str(err.value) == f'invalid allocation request for "nvidia.com/gpu": {message}'
+    assert not err.value.nvidia_compatible
+
+
+def test_requests_the_kubelet_sends_pass_the_whole_request_check() -> None:
+    validate_containers(RESOURCE, [1])
+    validate_containers(RESOURCE, [8])
+    validate_containers(RESOURCE, [4, 4])
 
 
 known = st.sampled_from([gpu_uuid(i) for i in range(8)])

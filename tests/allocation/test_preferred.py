@@ -296,3 +296,95 @@ def test_mig_devices_take_the_greedy_path() -> None:
     assert not mig.is_whole_gpus
     out = preferred_devices(mig, {}, [d.id for d in mig.devices], [], 2)
     assert out == ["MIG-0-0", "MIG-0-1"]  # each MIG device is its own physical device: kubelet order
+
+
+# -- requests the kubelet never sends: refused, naming the problem ---------------------------------------
+
+PREFIX = 'invalid preferred allocation request for "nvidia.com/gpu": '
+
+
+def four_gpus() -> Resource:
+    return build_resources(make_inventory(4))[0]
+
+
+def refusal(resource: Resource, available: list[str], must: list[str], size: int) -> str:
+    with pytest.raises(PreferredAllocationError) as err:
+        preferred_devices(resource, {}, available, must, size)
+    return str(err.value)
+
+
+def test_must_include_outside_the_available_devices_is_refused() -> None:
+    # The kubelet always lists must-include devices among the available ones; NVIDIA answers such a request
+    # with an empty list, and we used to hand the outside device back as if it were free.
+    assert refusal(four_gpus(), [gpu_uuid(0), gpu_uuid(1)], [gpu_uuid(3)], 2) == (
+        PREFIX + f"must-include device(s) '{gpu_uuid(3)}' are not among the available devices; "
+        "the kubelet lists every must-include device as available"
+    )
+    replicated = replicas(2, gpus=2)
+    outside = f"{gpu_uuid(1)}::1"
+    with pytest.raises(PreferredAllocationError, match="not among the available devices"):
+        preferred_devices(replicated, {}, [f"{gpu_uuid(0)}::0"], [outside], 1)
+
+
+@pytest.mark.parametrize("where", ["available", "must-include"])
+def test_duplicate_ids_are_refused(where: str) -> None:
+    twice = [gpu_uuid(1), gpu_uuid(1)]
+    available = [gpu_uuid(0), *twice] if where == "available" else [gpu_uuid(0), gpu_uuid(1)]
+    must = twice if where == "must-include" else []
+    assert refusal(four_gpus(), available, must, 2) == (
+        PREFIX + f"device '{gpu_uuid(1)}' is listed more than once among the {where} devices"
+    )
+
+
+def test_unknown_ids_are_named_quoted_and_cut_never_echoed_whole() -> None:
+    huge = "GPU-" + "x" * 20_000
+    message = refusal(four_gpus(), [huge, "GPU-a\nFAKE LOG LINE", "b", "c"], [], 1)
+    assert message == (
+        PREFIX + "4 unknown device(s): 'GPU-" + "x" * 60 + "'... (20004 characters), "
+        "'GPU-a\\nFAKE LOG LINE', 'b' and 1 more"
+    )
+
+
+def test_more_ids_than_the_node_has_are_refused_before_looking_at_them() -> None:
+    message = refusal(four_gpus(), [f"GPU-{i}" for i in range(10_000)], [], 1)
+    assert message == (
+        PREFIX + "10000 available devices listed but this node advertises only 4 for nvidia.com/gpu"
+    )
+
+
+def test_more_must_include_devices_than_the_size_is_refused() -> None:
+    ids = [gpu_uuid(i) for i in range(4)]
+    assert refusal(four_gpus(), ids, ids[:3], 2) == (
+        PREFIX + "3 must-include devices do not fit an allocation size of 2"
+    )
+
+
+def test_a_size_beyond_the_available_devices_keeps_nvidias_text() -> None:
+    assert refusal(four_gpus(), [gpu_uuid(0), gpu_uuid(1)], [], 3) == NOT_ENOUGH_DEVICES
+
+
+def test_a_non_positive_size_is_refused() -> None:
+    assert refusal(four_gpus(), [gpu_uuid(0)], [], 0) == PREFIX + "allocation size must be positive, got 0"
+
+
+ids_of_four = st.sampled_from([gpu_uuid(i) for i in range(4)])
+any_id = ids_of_four | st.text(max_size=70)
+
+
+@settings(max_examples=300)
+@given(st.lists(any_id, max_size=8), st.lists(any_id, max_size=5), st.integers(-2, 8))
+def test_any_request_gets_a_valid_answer_or_a_clear_refusal(
+    available: list[str], must: list[str], size: int
+) -> None:
+    resource = four_gpus()
+    try:
+        out = preferred_devices(resource, {}, available, must, size)
+    except PreferredAllocationError as err:
+        text = str(err)
+        assert text == NOT_ENOUGH_DEVICES or text.startswith(PREFIX)
+        assert text.isprintable() and len(text) < 400
+        return
+    # Accepted: exactly `size` distinct available devices, every must-include one first.
+    assert len(out) == len(set(out)) == size
+    assert set(out) <= set(available)
+    assert out[: len(must)] == must

@@ -1,5 +1,5 @@
 """`kubegpu config-manager`: NVIDIA's selection rules and texts, the symlink, the signal, and the Node watch
-against a fake API server that speaks list/watch over HTTP on 127.0.0.1 (tests/fakeapi.py) through the
+against the simulated API server, which speaks list/watch over HTTP on 127.0.0.1 (kubegpu.apisim) through the
 real `kubernetes` client."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from kubegpu.apisim import ApiServerSim
 from kubegpu.common.backoff import Backoff
 from kubegpu.configmanager.cli import config_manager
 from kubegpu.configmanager.errors import ConfigManagerError
@@ -33,7 +34,6 @@ from kubegpu.configmanager.procsignal import (
 from kubegpu.configmanager.selection import available_configs, select_config
 from kubegpu.configmanager.symlink import update_symlink
 from kubegpu.configmanager.watch import LabelTracker, NodeLabelWatcher, connect, watch_backoff
-from tests.fakeapi import FakeApiServer
 
 LABEL = "nvidia.com/device-plugin.config"
 NODE = "gpu-node-1"
@@ -121,8 +121,8 @@ def child(tmp_path: Path) -> Iterator[Child]:
 
 
 @pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer()
+def api() -> Iterator[ApiServerSim]:
+    server = ApiServerSim()
     server.start()
     try:
         yield server
@@ -478,7 +478,7 @@ def test_watch_backoff_keeps_client_gos_bounds(pick: str, delays: list[float]) -
 class Manager:
     """`run()` over a NodeLabelWatcher in a thread, as the sidecar runs it."""
 
-    def __init__(self, api: FakeApiServer, settings: Settings, kubeconfig: Path) -> None:
+    def __init__(self, api: ApiServerSim, settings: Settings, kubeconfig: Path) -> None:
         self.api = api
         self.watcher = NodeLabelWatcher(
             connect(str(kubeconfig)),
@@ -510,7 +510,7 @@ class Manager:
 
 
 @pytest.fixture
-def manager(api: FakeApiServer, tmp_path: Path) -> Iterator[Callable[[Settings], Manager]]:
+def manager(api: ApiServerSim, tmp_path: Path) -> Iterator[Callable[[Settings], Manager]]:
     started: list[Manager] = []
 
     def start(settings: Settings) -> Manager:
@@ -527,7 +527,7 @@ def link(dst: Path) -> str | None:
 
 
 def test_watch_follows_label_changes_and_removal_and_signals(
-    api: FakeApiServer, manager: Callable[[Settings], Manager], srcdir: Path, dst: Path, child: Child
+    api: ApiServerSim, manager: Callable[[Settings], Manager], srcdir: Path, dst: Path, child: Child
 ) -> None:
     api.add_node(NODE, {LABEL: "a"})
     api.add_node("other-node", {LABEL: "b"})
@@ -559,7 +559,7 @@ def test_watch_follows_label_changes_and_removal_and_signals(
 
 
 def test_watch_label_naming_no_file_ends_the_run_with_nvidias_error(
-    api: FakeApiServer, manager: Callable[[Settings], Manager], srcdir: Path, dst: Path
+    api: ApiServerSim, manager: Callable[[Settings], Manager], srcdir: Path, dst: Path
 ) -> None:
     api.add_node(NODE, {LABEL: "a"})
     m = manager(settings_for(srcdir, dst))
@@ -572,7 +572,7 @@ def test_watch_label_naming_no_file_ends_the_run_with_nvidias_error(
 
 
 def test_watch_relists_after_410_gone(
-    api: FakeApiServer, manager: Callable[[Settings], Manager], srcdir: Path, dst: Path
+    api: ApiServerSim, manager: Callable[[Settings], Manager], srcdir: Path, dst: Path
 ) -> None:
     api.add_node(NODE, {LABEL: "a"})
     manager(settings_for(srcdir, dst))
@@ -590,7 +590,7 @@ def test_watch_relists_after_410_gone(
 
 
 def test_watch_survives_the_api_server_going_away(
-    api: FakeApiServer,
+    api: ApiServerSim,
     manager: Callable[[Settings], Manager],
     srcdir: Path,
     dst: Path,
@@ -618,7 +618,7 @@ def test_watch_survives_the_api_server_going_away(
 # ---- the command ---------------------------------------------------------------------------------------
 
 
-def command_env(api: FakeApiServer, tmp_path: Path, srcdir: Path, dst: Path, **extra: str) -> dict[str, str]:
+def command_env(api: ApiServerSim, tmp_path: Path, srcdir: Path, dst: Path, **extra: str) -> dict[str, str]:
     return {
         "KUBECONFIG": str(api.write_kubeconfig(tmp_path / "kubeconfig")),
         "NODE_NAME": NODE,
@@ -630,7 +630,7 @@ def command_env(api: FakeApiServer, tmp_path: Path, srcdir: Path, dst: Path, **e
 
 @pytest.mark.usefixtures("restore_logging")
 def test_command_oneshot_selects_once_and_exits(
-    api: FakeApiServer, tmp_path: Path, srcdir: Path, dst: Path
+    api: ApiServerSim, tmp_path: Path, srcdir: Path, dst: Path
 ) -> None:
     api.add_node(NODE, {})
     env = command_env(
@@ -649,7 +649,7 @@ def test_command_oneshot_selects_once_and_exits(
 
 
 @pytest.mark.usefixtures("restore_logging")
-def test_command_flags_beat_env_vars(api: FakeApiServer, tmp_path: Path, srcdir: Path, dst: Path) -> None:
+def test_command_flags_beat_env_vars(api: ApiServerSim, tmp_path: Path, srcdir: Path, dst: Path) -> None:
     api.add_node(NODE, {"example.com/config": "b"})
     env = command_env(api, tmp_path, srcdir, dst, ONESHOT="false", NODE_LABEL="nope", SEND_SIGNAL="true")
     args = ["--oneshot", "--node-label", "example.com/config", "--send-signal=false"]
@@ -669,7 +669,7 @@ def test_command_flags_beat_env_vars(api: FakeApiServer, tmp_path: Path, srcdir:
     ],
 )
 def test_command_required_settings(
-    api: FakeApiServer, tmp_path: Path, srcdir: Path, dst: Path, flag: str, message: str
+    api: ApiServerSim, tmp_path: Path, srcdir: Path, dst: Path, flag: str, message: str
 ) -> None:
     env = command_env(api, tmp_path, srcdir, dst, ONESHOT="true")
     result = CliRunner().invoke(config_manager, [flag], env=env)
@@ -692,7 +692,7 @@ def test_command_bad_kubeconfig(tmp_path: Path, srcdir: Path, dst: Path) -> None
 
 
 def test_sidecar_process_signals_the_plugin_and_exits_on_a_bad_label(
-    api: FakeApiServer, tmp_path: Path, srcdir: Path, dst: Path, child: Child
+    api: ApiServerSim, tmp_path: Path, srcdir: Path, dst: Path, child: Child
 ) -> None:
     """The sidecar as a process of its own, as in the pod: started, relabelled, then given a bad label."""
     api.add_node(NODE, {LABEL: "a"})

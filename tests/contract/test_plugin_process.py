@@ -224,7 +224,7 @@ async def test_bad_requests_get_grpc_errors_and_the_daemon_keeps_serving(running
         "unknown": [UUIDS[0], "GPU-does-not-exist"],
         "empty": [],
         "duplicates": [UUIDS[1], UUIDS[1]],
-        "ten thousand": [f"GPU-{i}" for i in range(10_000)],
+        "nine": [*UUIDS, "GPU-one-too-many"],
         "too long": ["GPU-" + "x" * 80],
     }
     async with grpc.aio.insecure_channel(f"unix://{running.plugin_dir / 'nvidia-gpu.sock'}") as channel:
@@ -236,6 +236,15 @@ async def test_bad_requests_get_grpc_errors_and_the_daemon_keeps_serving(running
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await stub.Allocate(request)
             assert err.value.details().startswith('invalid allocation request for "nvidia.com/gpu"'), name
+        # Ten thousand IDs (110 KB): more than any request for 8 GPUs, refused by size before it is read.
+        request = api_pb2.AllocateRequest(
+            container_requests=[
+                api_pb2.ContainerAllocateRequest(devices_ids=[f"GPU-{i}" for i in range(10_000)])
+            ]
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Allocate(request)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         with pytest.raises(grpc.aio.AioRpcError):
             await stub.GetPreferredAllocation(
                 api_pb2.PreferredAllocationRequest(

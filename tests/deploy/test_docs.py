@@ -125,7 +125,11 @@ def _served_metric_names() -> set[str]:
         async def list(self) -> api_pb2.ListPodResourcesResponse:
             return api_pb2.ListPodResourcesResponse()
 
-    body, _ = asyncio.run(PluginMetrics(status=Status(), pod_resources=PodResources()).render())  # type: ignore[arg-type]
+    body, _ = asyncio.run(
+        PluginMetrics(
+            status=Status(), pod_resources=PodResources(), tasks=lambda: {"health-reports": True}
+        ).render()
+    )  # type: ignore[arg-type]
     names = set(re.findall(r"^# TYPE (\S+) ", body.decode(), re.MULTILINE))
     return {n for n in names if not n.endswith("_created")}  # the client library's timestamps
 

@@ -20,6 +20,7 @@ from kubegpu.plugin.http_endpoint import HealthChecker, HttpServer
 from kubegpu.plugin.metrics import PluginMetrics
 from kubegpu.plugin.registrar import KubeletId, Registrar, Registration
 from kubegpu.plugin.server import ResourceServer
+from kubegpu.plugin.supervise import TaskDown
 from tests.builders import make_inventory
 
 GPU = "nvidia.com/gpu"
@@ -170,6 +171,24 @@ def test_a_resource_added_by_a_reload_gets_its_own_grace(clock: Clock) -> None:
     verdict = health.liveness()
     assert not verdict.ok and "nvidia.com/gpu.shared not registered for 61 s" in verdict.text
     assert "nvidia.com/gpu: registered" in verdict.text
+
+
+def test_a_background_task_that_is_down_fails_liveness_at_once_naming_it(clock: Clock) -> None:
+    status = FakeStatus()
+    status.register()
+    down: list[TaskDown] = []
+    health = HealthChecker(status, grace_s=60, clock=clock, tasks_down=lambda: down)
+    assert health.liveness().ok
+    down.append(TaskDown("config-watch", 3.0, 2, "OSError: no space left on device", 4.0))
+    verdict = health.liveness()
+    assert not verdict.ok
+    assert verdict.text == (
+        "unhealthy: background task config-watch is down for 3 s after 2 failure(s), last: OSError: no space "
+        "left on device; restarting in 4 s\n"
+    )
+    assert health.readiness().ok  # registered: the kubelet's view is still served
+    down.clear()
+    assert health.liveness().ok
 
 
 def test_down_time_restarts_after_a_recovery(clock: Clock) -> None:

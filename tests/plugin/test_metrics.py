@@ -146,6 +146,51 @@ async def test_xids_by_code_and_gpu() -> None:
     assert value(samples, "kubegpu_xid_errors_total", xid="13", uuid="unknown") == 1
 
 
+async def test_ignored_xids_by_code_and_ecc_events_by_type() -> None:
+    metrics = PluginMetrics()
+    for _ in range(3):
+        metrics.xid_ignored(13)
+    metrics.xid_ignored(31)
+    metrics.ecc_event("single_bit")
+    samples = await scrape(metrics)
+    assert named(samples, "kubegpu_xid_ignored_total") == {
+        frozenset({("xid", "13")}): 3,
+        frozenset({("xid", "31")}): 1,
+    }
+    assert value(samples, "kubegpu_ecc_events_total", type="single_bit") == 1
+
+
+async def test_config_reloads_by_result_and_failures_by_reason() -> None:
+    metrics = PluginMetrics()
+    samples = await scrape(metrics)
+    assert (
+        value(samples, "kubegpu_config_reloads_total", result="applied") == 0
+    )  # series exist from the start
+    assert value(samples, "kubegpu_config_reloads_total", result="failed") == 0
+    assert value(samples, "kubegpu_config_last_reload_successful") == 1
+    metrics.config_reload("cdi")
+    samples = await scrape(metrics)
+    assert value(samples, "kubegpu_config_reloads_total", result="failed") == 1
+    assert value(samples, "kubegpu_config_reload_failures_total", reason="cdi") == 1
+    assert value(samples, "kubegpu_config_last_reload_successful") == 0
+    metrics.config_reload(None)
+    samples = await scrape(metrics)
+    assert value(samples, "kubegpu_config_reloads_total", result="applied") == 1
+    assert value(samples, "kubegpu_config_last_reload_successful") == 1
+
+
+async def test_background_tasks_up_and_restarts() -> None:
+    tasks = {"config-watch": True, "nvml-health": False}
+    metrics = PluginMetrics(tasks=lambda: tasks)
+    metrics.task_restarted("nvml-health")
+    samples = await scrape(metrics)
+    assert named(samples, "kubegpu_task_up") == {
+        frozenset({("task", "config-watch")}): 1,
+        frozenset({("task", "nvml-health")}): 0,
+    }
+    assert value(samples, "kubegpu_task_restarts_total", task="nvml-health") == 1
+
+
 @dataclass
 class FakeStatus:
     expected: Sequence[str] | None

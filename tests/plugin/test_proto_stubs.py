@@ -12,7 +12,14 @@ from kubegpu.api.podresources.v1 import api_pb2 as podresources_pb2
 from kubegpu.api.v1beta1 import api_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
-API_DIRS = ("v1beta1", "podresources/v1")
+API_DIRS = (
+    "v1beta1",
+    "podresources/v1",
+    "pluginregistration/v1",
+    "dra/v1",
+    "dra/v1beta1",
+    "drahealth/v1alpha1",
+)
 STUBS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
 
 

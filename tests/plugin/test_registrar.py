@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -13,9 +17,10 @@ import pytest
 
 from kubegpu.allocation.allocate import AllocateOptions
 from kubegpu.allocation.resources import build_resources
-from kubegpu.kubeletsim import EventKind, KubeletSimulator
+from kubegpu.kubeletsim import Container, EventKind, KubeletSimulator, Pod
 from kubegpu.plugin.registrar import Registrar, registration_backoff
 from kubegpu.plugin.server import ResourceServer
+from tests.allocation.test_preferred import replicas
 from tests.builders import make_inventory
 
 INVENTORY = make_inventory(4)
@@ -35,6 +40,15 @@ def _server(plugin_dir: Path) -> ResourceServer:
 
 
 @pytest.fixture
+async def sim(plugin_dir: Path) -> AsyncIterator[KubeletSimulator]:
+    """A kubelet on the directory, started after the registrar (fixtures start in parameter order)."""
+    kubelet = KubeletSimulator(plugin_dir)
+    await kubelet.start()
+    yield kubelet
+    await kubelet.stop()
+
+
+@pytest.fixture
 async def registrar(plugin_dir: Path) -> AsyncIterator[Registrar]:
     reg = Registrar(plugin_dir, plugin_dir / "kubelet.sock")
     await reg.start()
@@ -43,8 +57,7 @@ async def registrar(plugin_dir: Path) -> AsyncIterator[Registrar]:
 
 
 async def test_waits_for_a_kubelet_that_starts_later(plugin_dir: Path, registrar: Registrar) -> None:
-    await registrar.set_servers([_server(plugin_dir)])
-    await asyncio.sleep(0.2)
+    await registrar.set_servers([_server(plugin_dir)])  # returns after a full reconcile pass
     assert not registrar.all_registered()
     assert (plugin_dir / RESOURCE.socket_name).exists()  # serving before any kubelet exists
     sim = KubeletSimulator(plugin_dir)
@@ -58,22 +71,17 @@ async def test_waits_for_a_kubelet_that_starts_later(plugin_dir: Path, registrar
 
 
 async def test_kubelet_restart_restarts_the_server_before_registering(
-    plugin_dir: Path, registrar: Registrar
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator
 ) -> None:
-    sim = KubeletSimulator(plugin_dir)
-    await sim.start()
-    try:
-        await registrar.set_servers([_server(plugin_dir)])
-        await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
-        for _ in range(3):
-            mark = sim.last_seq
-            await sim.restart()
-            await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=RESOURCE.name, after=mark, timeout=5)
-        # Exactly one registration per kubelet incarnation: no duplicate that the v1.32 kubelet would punish.
-        assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 4
-        assert sim.allocatable()[RESOURCE.name] == 4
-    finally:
-        await sim.stop()
+    await registrar.set_servers([_server(plugin_dir)])
+    await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+    for _ in range(3):
+        mark = sim.last_seq
+        await sim.restart()
+        await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=RESOURCE.name, after=mark, timeout=5)
+    # Exactly one registration per kubelet incarnation: no duplicate that the v1.32 kubelet would punish.
+    assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 4
+    assert sim.allocatable()[RESOURCE.name] == 4
 
 
 async def test_no_kubelet_socket_serves_without_registering(plugin_dir: Path) -> None:
@@ -88,37 +96,56 @@ async def test_no_kubelet_socket_serves_without_registering(plugin_dir: Path) ->
     assert not (plugin_dir / RESOURCE.socket_name).exists()
 
 
+class LogEvent(logging.Handler):
+    """An asyncio.Event set when a record containing `text` is logged."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
 async def test_directory_removed_and_recreated(plugin_dir: Path, registrar: Registrar) -> None:
     sim = KubeletSimulator(plugin_dir)
     await sim.start()
+    went_away = LogEvent("went away; waiting for it")
+    logging.getLogger("kubegpu.plugin.registrar").addHandler(went_away)
     try:
         await registrar.set_servers([_server(plugin_dir)])
         await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
         await sim.stop()
         shutil.rmtree(plugin_dir)
-        await asyncio.sleep(0.3)
+        async with asyncio.timeout(5):  # the watcher notices before the kubelet comes back
+            await went_away.seen.wait()
         sim = KubeletSimulator(plugin_dir)  # a fresh kubelet re-creates the directory
         await sim.start()
         await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=10)
         assert (plugin_dir / RESOURCE.socket_name).exists()
     finally:
+        logging.getLogger("kubegpu.plugin.registrar").removeHandler(went_away)
         await sim.stop()
 
 
-async def test_rejected_registration_is_retried_with_backoff(plugin_dir: Path, registrar: Registrar) -> None:
-    sim = KubeletSimulator(plugin_dir)
-    await sim.start()
-    try:
-        bad = build_resources(INVENTORY)[0]
-        object.__setattr__(bad, "name", "kubernetes.io/gpu")  # the kubelet refuses this name
-        server = ResourceServer(bad, plugin_dir, AllocateOptions(), INVENTORY.link_map)
-        await registrar.set_servers([server])
-        await asyncio.sleep(0.5)
-        state = registrar.state["kubernetes.io/gpu"]
-        assert 2 <= state.failures <= 8  # retried, but backing off rather than spinning
-        assert state.last_error == 'UNKNOWN: the ResourceName "kubernetes.io/gpu" is invalid'
-    finally:
-        await sim.stop()
+async def test_rejected_registration_is_retried_with_backoff(
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator
+) -> None:
+    bad = build_resources(INVENTORY)[0]
+    object.__setattr__(bad, "name", "kubernetes.io/gpu")  # the kubelet refuses this name
+    server = ResourceServer(bad, plugin_dir, AllocateOptions(), INVENTORY.link_map)
+    await registrar.set_servers([server])
+    await sim.wait_for(lambda: len(sim.events(EventKind.REGISTRATION_REJECTED)) >= 6, timeout=10)
+    state = registrar.state["kubernetes.io/gpu"]
+    assert state.last_error == 'UNKNOWN: the ResourceName "kubernetes.io/gpu" is invalid'
+    # Retried, but backing off rather than spinning. The first attempts come from start-up wake-ups
+    # (set_servers, the watcher, our socket appearing); after them each wait is at least the back-off's
+    # lower bound (20 ms doubling, less 20% jitter), and load only makes the gaps longer.
+    times = [e.time for e in sim.events(EventKind.REGISTRATION_REJECTED)][:6]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert [gap >= low for gap, low in zip(gaps[-3:], (0.016, 0.032, 0.064), strict=True)] == [True] * 3, gaps
 
 
 @pytest.mark.parametrize(
@@ -134,3 +161,72 @@ def test_registration_backoff_bounds(pick: str, delays: list[float]) -> None:
     assert [backoff.next_delay() for _ in range(10)] == pytest.approx(delays)
     backoff.reset()
     assert backoff.next_delay() == pytest.approx(delays[0])
+
+
+async def test_a_kubelet_restart_that_keeps_our_socket_restarts_the_server_before_registering(
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The simulator's usual restart deletes our socket, so this branch never ran in a test: a kubelet whose
+    # clean-up did not remove it leaves our server serving, registered with a kubelet that is gone.
+    server = _server(plugin_dir)
+    await registrar.set_servers([server])
+    await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+    assert server.incarnation == 1
+    mark = sim.last_seq
+    with caplog.at_level(logging.INFO, logger="kubegpu.plugin.registrar"):
+        await sim.restart(keep_plugin_sockets=True)
+        await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=RESOURCE.name, after=mark, timeout=5)
+    assert "kubelet restarted: restarting nvidia.com/gpu before registering again" in caplog.messages
+    assert server.incarnation == 2  # restarted, so the old kubelet's stream is gone before we register
+    assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 2
+    assert sim.allocatable()[RESOURCE.name] == 4
+    pod = await sim.admit(Pod("after", containers=[Container("c", {RESOURCE.name: 2})]))
+    assert len(pod.containers["c"].devices[RESOURCE.name]) == 2
+    assert registrar.all_registered()
+
+
+async def test_a_server_that_restarts_itself_is_registered_again(
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator
+) -> None:
+    server = _server(plugin_dir)
+    await registrar.set_servers([server])
+    await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
+    # 1,200 replicas: too many for the 64 KiB the server started with, so it serves again, larger.
+    mark = sim.last_seq
+    await server.update(
+        replicas(300, gpus=4)
+    )  # wakes the registrar, which restarts the server and registers it
+    await sim.wait_for_event(EventKind.REGISTERED, resource=RESOURCE.name, after=mark, timeout=10)
+    await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 1200, timeout=10)
+    assert server.incarnation == 2 and server.receive_limit > 65536
+    assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 2
+    assert registrar.all_registered()
+
+
+async def test_the_plugin_directory_we_create_is_0750_whatever_the_umask(plugin_dir: Path) -> None:
+    fresh = plugin_dir / "not-yet" / "device-plugins"
+    previous = os.umask(0)
+    try:
+        reg = Registrar(fresh, fresh / "kubelet.sock")
+        await reg.start()
+        await reg.close()
+    finally:
+        os.umask(previous)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (fresh.parent, fresh)] == [0o750, 0o750]
+
+
+@pytest.mark.parametrize("yields", [0, 1, 2, 3])
+async def test_close_right_after_a_wake_up_ends_the_loop(
+    plugin_dir: Path, yields: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    reg = Registrar(plugin_dir, plugin_dir / "kubelet.sock")
+    await reg.start()
+    await reg.reconcile()
+    for _ in range(3):
+        await asyncio.sleep(0)  # let the loop reach its wait
+    reg.wake()
+    for _ in range(yields):
+        await asyncio.sleep(0)
+    with caplog.at_level(logging.WARNING, logger="kubegpu.plugin.registrar"):
+        await reg.close()
+    assert not [m for m in caplog.messages if "did not end" in m]

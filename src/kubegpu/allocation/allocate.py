@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from kubegpu.allocation.cdi import CDI_ANNOTATION_PLUGIN, GPU_CLASS, IMEX_CLASS, qualified_name
 from kubegpu.allocation.device_ids import any_annotated, backing_id
 from kubegpu.allocation.resources import Resource
+from kubegpu.common.quoting import plain_id, quote_id
 from kubegpu.node.driverfiles import MODE_ENV, MODES, imex_channel_path, join
 from kubegpu.settings.choices import CDI_STRATEGIES, DEFAULT_ANNOTATION_PREFIX, DISTRIBUTED
 
@@ -105,8 +106,29 @@ class ContainerAllocation:
     cdi_devices: list[str] = field(default_factory=list)
 
 
+def validate_containers(resource: Resource, device_counts: Sequence[int]) -> None:
+    """Raise AllocationRequestError when the request as a whole cannot be one a kubelet sends.
+
+    `device_counts`: how many IDs each container request lists. Checked before any ID is read, so a
+    request of many containers costs no more than the node's own device list.
+    """
+    prefix = f'invalid allocation request for "{resource.name}": '
+    if not device_counts:
+        raise AllocationRequestError(prefix + "no container requests (the kubelet sends one per container)")
+    total = sum(device_counts)
+    if len(device_counts) > 1 and total > len(resource.devices):
+        raise AllocationRequestError(
+            prefix + f"{total} devices requested in {len(device_counts)} containers but this node "
+            f"advertises only {len(resource.devices)} for {resource.name}"
+        )
+
+
 def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
-    """Raise AllocationRequestError naming the first problem with a kubelet's device list."""
+    """Raise AllocationRequestError naming the first problem with a kubelet's device list.
+
+    IDs in messages are the client's text: NVIDIA's unknown-device text keeps a printable ID as it is and
+    quotes (escapes, cuts) any other, so no ID can end the log line and start a forged one.
+    """
     prefix = f'invalid allocation request for "{resource.name}": invalid request: '
     if not device_ids:
         raise AllocationRequestError(prefix + "no devices requested; the kubelet sends at least one ID")
@@ -123,10 +145,12 @@ def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
                 f"device IDs are at most {MAX_DEVICE_ID_LENGTH}, so it cannot be one of ours"
             )
         if resource.device(device_id) is None:
-            # NVIDIA's exact text.
-            raise AllocationRequestError(prefix + f"unknown device: {device_id}", nvidia_compatible=True)
+            # NVIDIA's exact text for every printable ID.
+            raise AllocationRequestError(
+                prefix + f"unknown device: {plain_id(device_id)}", nvidia_compatible=True
+            )
         if device_id in seen:
-            raise AllocationRequestError(prefix + f"device {device_id} requested more than once")
+            raise AllocationRequestError(prefix + f"device {quote_id(device_id)} requested more than once")
         seen.add(device_id)
     shared = any_annotated(device_ids)
     if shared and len(device_ids) > 1 and resource.fail_requests_greater_than_one:

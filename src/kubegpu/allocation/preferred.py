@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from kubegpu.allocation.best_set import solve
 from kubegpu.allocation.device_ids import any_annotated, backing_id
 from kubegpu.allocation.resources import Resource
+from kubegpu.common.quoting import quote_id, quote_ids
 from kubegpu.node.inventory import GpuLink, LinkLevel
 from kubegpu.settings.choices import DISTRIBUTED, PACKED
 
@@ -73,25 +74,76 @@ def preferred_devices(
     policy: str = DISTRIBUTED,
 ) -> list[str]:
     """Device IDs for one container request, must-include devices first."""
-    unknown = [d for d in [*available, *must_include] if resource.device(d) is None]
-    if unknown:
-        raise PreferredAllocationError(
-            f'preferred allocation request for "{resource.name}" names unknown device(s): '
-            + ", ".join(unknown[:5])
-        )
-    required = list(dict.fromkeys(must_include))
+    validate_preferred_request(resource, available, must_include, size)
+    required = list(must_include)
     taken = set(required)
-    candidates = [d for d in dict.fromkeys(available) if d not in taken]
-    if size <= 0:
-        raise PreferredAllocationError(f"allocation size must be positive, got {size}")
-    if len(required) > size or len(required) + len(candidates) < size:
-        raise PreferredAllocationError(NOT_ENOUGH_DEVICES)
+    candidates = [d for d in available if d not in taken]
     needed = size - len(required)
     if needed == 0:
         return required
     if not _aligned(resource, candidates):
         return greedy_devices(resource, required, candidates, needed, policy)
     return required + _best_gpu_set(resource, links, required, candidates, needed)
+
+
+def validate_container_count(resource: Resource, count: int) -> None:
+    """Refuse a request of more container entries than the node has devices (each needs at least one).
+
+    The kubelet sends one per call; each entry costs a search, so their number is bounded before any runs.
+    """
+    if count > max(1, len(resource.devices)):
+        raise PreferredAllocationError(
+            f'invalid preferred allocation request for "{resource.name}": {count} container requests but '
+            f"this node advertises only {len(resource.devices)} devices for {resource.name} "
+            "(the kubelet sends one per call)"
+        )
+
+
+def validate_preferred_request(
+    resource: Resource, available: Sequence[str], must_include: Sequence[str], size: int
+) -> None:
+    """Raise PreferredAllocationError naming the first way the request differs from what a kubelet sends.
+
+    The kubelet lists distinct device IDs it got from us, every must-include device among the available
+    ones (it passes the free devices plus the reusable ones), and asks for at least as many as it must
+    include. NVIDIA checks none of this: a must-include device outside the available ones comes back in its
+    answer on the greedy path and yields an empty answer on the topology path. Counts are checked before
+    any ID is looked at, and IDs are quoted and cut in the message (a client decides their length and
+    content).
+    """
+    prefix = f'invalid preferred allocation request for "{resource.name}": '
+    if size <= 0:
+        raise PreferredAllocationError(prefix + f"allocation size must be positive, got {size}")
+    for what, ids in (("available", available), ("must-include", must_include)):
+        if len(ids) > len(resource.devices):
+            raise PreferredAllocationError(
+                prefix + f"{len(ids)} {what} devices listed but this node advertises only "
+                f"{len(resource.devices)} for {resource.name}"
+            )
+    unknown = [d for d in [*available, *must_include] if resource.device(d) is None]
+    if unknown:
+        raise PreferredAllocationError(prefix + f"{len(unknown)} unknown device(s): {quote_ids(unknown)}")
+    for what, ids in (("available", available), ("must-include", must_include)):
+        seen: set[str] = set()
+        for device_id in ids:
+            if device_id in seen:
+                raise PreferredAllocationError(
+                    prefix + f"device {quote_id(device_id)} is listed more than once among the {what} devices"
+                )
+            seen.add(device_id)
+    listed = set(available)
+    outside = [d for d in must_include if d not in listed]
+    if outside:
+        raise PreferredAllocationError(
+            prefix + f"must-include device(s) {quote_ids(outside)} are not among the available devices; "
+            "the kubelet lists every must-include device as available"
+        )
+    if len(must_include) > size:
+        raise PreferredAllocationError(
+            prefix + f"{len(must_include)} must-include devices do not fit an allocation size of {size}"
+        )
+    if size > len(available):
+        raise PreferredAllocationError(NOT_ENOUGH_DEVICES)
 
 
 def _aligned(resource: Resource, candidates: Sequence[str]) -> bool:

@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from .devicesets import ENDPOINT_STOP_GRACE_PERIOD
+from .dra import KUBELET_VERSIONS, DraSettings
 from .events import SimEvent
 from .narrator import Narrator
 from .simulator import KubeletSimulator
@@ -24,12 +25,13 @@ def _print_json(event: SimEvent) -> None:
     print(json.dumps(event.to_json()), flush=True)
 
 
-async def _serve(plugin_dir: Path, as_json: bool, grace_period: float) -> None:
+async def _serve(plugin_dir: Path, as_json: bool, grace_period: float, dra: DraSettings | None) -> None:
     console = Console(highlight=False)
     sim = KubeletSimulator(
         plugin_dir,
         on_event=_print_json if as_json else Narrator(console, node_tables=True),
         stop_grace_period=grace_period,
+        dra=dra,
     )
     # Handlers first: a signal that arrives right after the "started" event must not kill the process.
     commands: asyncio.Queue[str] = asyncio.Queue()
@@ -46,8 +48,19 @@ async def _serve(plugin_dir: Path, as_json: bool, grace_period: float) -> None:
             pod_resources = (
                 f"PodResources API on {sim.pod_resources_socket}. " if sim.pod_resources_socket else ""
             )
+            dra_hint = (
+                f"DRA drivers register in {sim.dra.registry_dir} (kubelet {sim.dra.settings.kubelet_version}"
+                + (
+                    f", claims from {sim.dra.settings.api_url}"
+                    if sim.dra.settings.api_url
+                    else ", no API server"
+                )
+                + "). "
+                if sim.dra is not None
+                else ""
+            )
             console.print(
-                f"Point the plugin at --kubelet-socket {sim.socket_path}. {pod_resources}"
+                f"Point the plugin at --kubelet-socket {sim.socket_path}. {pod_resources}{dra_hint}"
                 "SIGHUP restarts the kubelet, Ctrl-C or SIGTERM stops it.",
                 style="dim",
             )
@@ -77,7 +90,37 @@ async def _serve(plugin_dir: Path, as_json: bool, grace_period: float) -> None:
     show_default=True,
     help="Seconds a resource whose plugin went away keeps its capacity before it drops to 0.",
 )
-def kubelet_sim(plugin_dir: Path, as_json: bool, grace_period: float) -> None:
+@click.option(
+    "--dra",
+    "dra_api",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[API_SERVER_URL]",
+    help="Also be the kubelet's DRA side: watch DIR/../plugins_registry for DRA drivers, read their claims "
+    "from the API server at this URL (none given: no claims, no ResourceSlice wiping).",
+)
+@click.option(
+    "--node-name",
+    default="node-a",
+    show_default=True,
+    help="With --dra: the node whose ResourceSlices the kubelet deletes when it starts.",
+)
+@click.option(
+    "--kubelet-version",
+    type=click.Choice(KUBELET_VERSIONS),
+    default="1.34",
+    show_default=True,
+    help="With --dra: behave as this kubelet (service choice, claim API version, slice wiping).",
+)
+def kubelet_sim(
+    plugin_dir: Path,
+    as_json: bool,
+    grace_period: float,
+    dra_api: str | None,
+    node_name: str,
+    kubelet_version: str,
+) -> None:
     """Run a simulated kubelet that device plugins can register with.
 
     It serves the Device Plugin API v1beta1 on DIR/kubelet.sock with the real kubelet's rules (version and
@@ -90,6 +133,11 @@ def kubelet_sim(plugin_dir: Path, as_json: bool, grace_period: float) -> None:
       SIGINT/SIGTERM  stop
     """
     try:
-        asyncio.run(_serve(plugin_dir, as_json, grace_period))
+        dra = (
+            None
+            if dra_api is None
+            else DraSettings(node_name=node_name, api_url=dra_api or None, kubelet_version=kubelet_version)
+        )
+        asyncio.run(_serve(plugin_dir, as_json, grace_period, dra))
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         sys.exit(130)

@@ -69,3 +69,8 @@ class AdmissionError(PodError):
 class ContainerStartError(PodError):
     """The container could not start (e.g. PreStartContainer failed). The pod keeps its devices, as on a
     real node, where the kubelet retries the start with back-off."""
+
+
+class PrepareError(PodError):
+    """The pod's claims could not be prepared (FailedPrepareDynamicResources). The pod stays admitted and
+    its containers unstarted; the kubelet tries again on its next sync."""

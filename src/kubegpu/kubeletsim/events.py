@@ -33,6 +33,14 @@ class EventKind(enum.StrEnum):
     CONTAINER_STARTED = "container-started"
     CONTAINER_START_FAILED = "container-start-failed"
     POD_REMOVED = "pod-removed"
+    DRA_PLUGIN_REGISTERED = "dra-registered"  # a DRA driver's plugin passed the plugin watcher
+    DRA_PLUGIN_REJECTED = "dra-rejected"  # registration failed (retried with back-off)
+    DRA_PLUGIN_DEREGISTERED = "dra-deregistered"  # its registration socket went away
+    DRA_SLICES_WIPED = "dra-slices-wiped"  # the kubelet deleted ResourceSlices (start-up, driver gone)
+    CLAIMS_PREPARED = "claims-prepared"  # NodePrepareResources succeeded for a pod's claims
+    PREPARE_FAILED = "prepare-failed"  # the pod cannot start: FailedPrepareDynamicResources
+    CLAIMS_UNPREPARED = "claims-unprepared"
+    UNPREPARE_FAILED = "unprepare-failed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,14 @@ _STYLES: dict[EventKind, str] = {
     EventKind.CONTAINER_STARTED: "green",
     EventKind.CONTAINER_START_FAILED: "red",
     EventKind.POD_REMOVED: "dim",
+    EventKind.DRA_PLUGIN_REGISTERED: "green",
+    EventKind.DRA_PLUGIN_REJECTED: "red",
+    EventKind.DRA_PLUGIN_DEREGISTERED: "yellow",
+    EventKind.DRA_SLICES_WIPED: "yellow",
+    EventKind.CLAIMS_PREPARED: "green",
+    EventKind.PREPARE_FAILED: "red",
+    EventKind.CLAIMS_UNPREPARED: "dim",
+    EventKind.UNPREPARE_FAILED: "red",
 }
 _KIND_WIDTH = max(len(k) for k in EventKind)
 

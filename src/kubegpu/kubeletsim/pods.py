@@ -10,6 +10,28 @@ from kubegpu.api.v1beta1 import api_pb2
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerClaim:
+    """`resources.claims[]` of a container: a pod claim by name, optionally one request of it."""
+
+    name: str
+    request: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourceClaim:
+    """`spec.resourceClaims[]` of a pod, with the ResourceClaim it resolves to.
+
+    `claim_name` is `resourceClaimName`, or for a template the generated name the resourceclaim controller
+    recorded in `status.resourceClaimStatuses` (None: none was needed, the kubelet skips it);
+    `from_template` makes the kubelet check that the claim is owned by the pod.
+    """
+
+    name: str
+    claim_name: str | None
+    from_template: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Container:
     """A container's name and `resources.limits` (requests equal limits for extended resources).
 
@@ -22,6 +44,7 @@ class Container:
     limits: Mapping[str, int] = field(default_factory=dict)
     init: bool = False
     restartable: bool = False
+    claims: Sequence[ContainerClaim] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +53,8 @@ class Pod:
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     containers: Sequence[Container] = ()
     init_containers: Sequence[Container] = ()
-    namespace: str = "default"  # only reported (PodResources); pods are keyed by name in the simulator
+    namespace: str = "default"  # pods are keyed by name in the simulator
+    resource_claims: Sequence[PodResourceClaim] = ()
 
     def __post_init__(self) -> None:
         names = [c.name for c in (*self.init_containers, *self.containers)]

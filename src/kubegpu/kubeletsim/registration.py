@@ -53,8 +53,10 @@ class RegistrationServer(api_pb2_grpc.RegistrationServicer):
         record: RpcRecorder,
         *,
         dial_timeout: float = DIAL_TIMEOUT,
+        cleanup: bool = True,
     ) -> None:
         self.directory = directory
+        self._cleanup = cleanup
         self._manager = manager
         self._events = events
         self._record = record
@@ -70,7 +72,8 @@ class RegistrationServer(api_pb2_grpc.RegistrationServicer):
 
     async def start(self) -> None:
         self.directory.mkdir(mode=0o750, parents=True, exist_ok=True)
-        cleanup_plugin_directory(self.directory)
+        if self._cleanup:
+            cleanup_plugin_directory(self.directory)
         server = grpc.aio.server()
         api_pb2_grpc.add_RegistrationServicer_to_server(self, server)
         server.add_insecure_port(f"unix:{self.socket_path.absolute()}")

@@ -1,5 +1,6 @@
-"""A kubelet, as far as device plugins can tell: kubelet.sock, the device manager, node status, pods,
-and the PodResources API that node agents read.
+"""A kubelet, as far as device plugins and DRA drivers can tell: kubelet.sock, the device manager, node
+status, pods, the PodResources API that node agents read, and (with `dra=DraSettings(...)`) the plugin
+watcher, the DRA manager's Prepare/Unprepare and ResourceSlice wiping.
 
 `KubeletSimulator` ties the pieces together on one asyncio loop and is what tests, benchmarks and
 `kubegpu demo` drive. The node status is synced on every change (the kubelet does it every ~10 s), so
@@ -9,6 +10,7 @@ and the PodResources API that node agents read.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +20,12 @@ from kubegpu.api.v1beta1 import api_pb2
 
 from .devicemanager import DeviceManager
 from .devicesets import ENDPOINT_STOP_GRACE_PERIOD, DeviceState, describe_ids
+from .dra import DraKubelet, DraSettings
+from .dra_checkpoint import ClaimInfo
+from .dra_manager import DraError
+from .dra_plugins import DraPlugin
 from .endpoint import DIAL_TIMEOUT, PRE_START_CONTAINER_TIMEOUT, RpcRecord
-from .errors import AdmissionError, ContainerStartError, DeviceManagerError
+from .errors import AdmissionError, ContainerStartError, DeviceManagerError, PodError, PrepareError
 from .events import EventKind, EventListener, EventLog, SimEvent
 from .nodestatus import NodeStatus
 from .podresources_service import POD_RESOURCES_DIR, POD_RESOURCES_SOCKET, PodResourcesServer
@@ -41,6 +47,7 @@ class KubeletSimulator:
         stop_grace_period: float = ENDPOINT_STOP_GRACE_PERIOD,
         prestart_timeout: float = PRE_START_CONTAINER_TIMEOUT,
         pod_resources_socket: Path | str | None = None,
+        dra: DraSettings | None = None,
     ) -> None:
         """`pod_resources_socket`: where to serve the PodResources API. By default the kubelet's layout:
         `<root>/pod-resources/kubelet.sock` when `plugin_dir` is `<root>/device-plugins`, and not at all
@@ -63,6 +70,10 @@ class KubeletSimulator:
         self._pods: dict[str, Pod] = {}
         self._run_options: dict[tuple[str, str], RunContainerOptions] = {}
         self._admission = asyncio.Lock()  # the kubelet admits pods one at a time
+        self._dra: DraKubelet | None = None
+        if dra is not None:
+            root = Path(dra.root).absolute() if dra.root is not None else self.plugin_dir.parent
+            self._dra = DraKubelet(dra, root, self._log, self._rpcs.append)
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -74,8 +85,13 @@ class KubeletSimulator:
     def running(self) -> bool:
         return self._server is not None
 
-    async def start(self) -> None:
-        """Start like the kubelet: read the checkpoint, wipe the directory but for it, serve kubelet.sock."""
+    async def start(self, *, keep_plugin_sockets: bool = False) -> None:
+        """Start like the kubelet: read the checkpoint, wipe the directory but for it, serve kubelet.sock.
+
+        `keep_plugin_sockets`: skip the wipe, as a kubelet does whose clean-up failed (it logs and goes on);
+        plugins then still serve on their old sockets and only kubelet.sock's new identity tells them that
+        the kubelet they registered with is gone.
+        """
         if self.running:
             raise RuntimeError("the kubelet simulator is already running")
         if len(str(self.socket_path).encode()) > _MAX_UNIX_SOCKET_PATH:
@@ -100,7 +116,12 @@ class KubeletSimulator:
         if not restored and self._node.reset():
             self._emit_node_status(set(self._node.capacity))
         server = RegistrationServer(
-            self.plugin_dir, manager, self._log, self._rpcs.append, dial_timeout=self.dial_timeout
+            self.plugin_dir,
+            manager,
+            self._log,
+            self._rpcs.append,
+            dial_timeout=self.dial_timeout,
+            cleanup=not keep_plugin_sockets,
         )
         try:
             await server.start()
@@ -117,14 +138,25 @@ class KubeletSimulator:
             except BaseException:
                 await self.stop()
                 raise
+        restored_claims = 0
+        if self._dra is not None:
+            try:
+                restored_claims = await self._dra.start(lambda: {p.uid for p in self._pods.values()})
+            except BaseException:
+                await self.stop()
+                raise
         waiting = sorted(r for r in manager.resources() if not self.registered(r))
         self._log.emit(
             EventKind.KUBELET_STARTED,
             f"kubelet serving {self.socket_path}"
-            + (f"; from the checkpoint, waiting for {', '.join(waiting)} (capacity 0)" if waiting else ""),
+            + (f"; from the checkpoint, waiting for {', '.join(waiting)} (capacity 0)" if waiting else "")
+            + (f"; DRA plugins on {self._dra.registry_dir}" if self._dra is not None else "")
+            + (f", {restored_claims} claim(s) from dra_manager_state" if restored_claims else ""),
             socket=str(self.socket_path),
             checkpoint=restored,
             waiting=waiting,
+            dra_claims=restored_claims,
+            kept_plugin_sockets=keep_plugin_sockets,
         )
         self._sync_node_status()
 
@@ -134,6 +166,8 @@ class KubeletSimulator:
             return
         server, self._server = self._server, None
         await server.stop()
+        if self._dra is not None:
+            await self._dra.stop()
         if self._pod_resources is not None:
             await self._pod_resources.stop()
             self._pod_resources = None
@@ -141,11 +175,12 @@ class KubeletSimulator:
             self._manager.close()
         self._log.emit(EventKind.KUBELET_STOPPED, "kubelet stopped", socket=str(self.socket_path))
 
-    async def restart(self) -> None:
-        """Stop, then start on the same directory: plugin sockets are deleted and registered resources come
-        back from the checkpoint with capacity 0 until their plugins register again."""
+    async def restart(self, *, keep_plugin_sockets: bool = False) -> None:
+        """Stop, then start on the same directory: plugin sockets are deleted (unless `keep_plugin_sockets`,
+        see `start`) and registered resources come back from the checkpoint with capacity 0 until their
+        plugins register again."""
         await self.stop()
-        await self.start()
+        await self.start(keep_plugin_sockets=keep_plugin_sockets)
 
     async def __aenter__(self) -> KubeletSimulator:
         await self.start()
@@ -297,9 +332,70 @@ class KubeletSimulator:
                 },
             )
         if start:
+            await self.prepare_resources(pod.name)
             for container, _ in pod.in_start_order():
                 await self.start_container(pod.name, container.name)
         return self.allocation(pod.name)
+
+    # ---- dynamic resources ---------------------------------------------------------------------
+
+    @property
+    def dra(self) -> DraKubelet | None:
+        return self._dra
+
+    async def prepare_resources(self, pod_name: str) -> None:
+        """NodePrepareResources for the pod's claims, as the kubelet does before its containers start
+        (admit() does it when starting). PrepareError: the pod stays admitted, its containers unstarted;
+        call again to retry, as the kubelet's next pod sync would."""
+        pod = self._pod(pod_name)
+        if not pod.resource_claims:
+            return
+        dra = self._require_dra()
+        try:
+            await dra.manager.prepare(pod)
+        except DraError as err:
+            error = PrepareError(
+                "FailedPrepareDynamicResources", f"Failed to prepare dynamic resources: {err}", str(err)
+            )
+            self._log.emit(
+                EventKind.PREPARE_FAILED, f"pod {pod_name}: {error.message}", pod=pod_name, error=str(err)
+            )
+            raise error from None
+
+    async def unprepare_resources(self, pod_name: str) -> None:
+        """NodeUnprepareResources for the pod's claims that no other pod uses (the pod has terminated)."""
+        pod = self._pod(pod_name)
+        if not pod.resource_claims:
+            return
+        dra = self._require_dra()
+        try:
+            await dra.manager.unprepare(pod)
+        except DraError as err:
+            self._log.emit(EventKind.UNPREPARE_FAILED, f"pod {pod_name}: {err}", pod=pod_name, error=str(err))
+            raise PodError("FailedUnprepareDynamicResources", str(err), str(err)) from None
+
+    async def terminate_pod(self, pod_name: str) -> None:
+        """The pod ends: its claims are unprepared, then its devices freed (remove_pod)."""
+        await self.unprepare_resources(pod_name)
+        self.remove_pod(pod_name)
+
+    async def reconcile_dra(self) -> None:
+        """One pass of the DRA manager's reconcile loop: unprepare claims whose pods are all gone."""
+        await self._require_dra().manager.reconcile(lambda: {p.uid for p in self._pods.values()})
+
+    def dra_plugins(self, driver: str | None = None) -> list[DraPlugin]:
+        """Registered DRA plugins (the newest last per driver), with the service each was given."""
+        plugins = self._dra.plugins.all() if self._dra else []
+        return [p for p in plugins if driver is None or p.driver == driver]
+
+    def dra_claims(self) -> list[ClaimInfo]:
+        """The DRA manager's claim-info cache (what dra_manager_state holds, plus `prepared`)."""
+        return self._dra.manager.claims() if self._dra else []
+
+    def _require_dra(self) -> DraKubelet:
+        if self._dra is None:
+            raise RuntimeError("this kubelet simulator runs without DRA; pass dra=DraSettings(...)")
+        return self._dra
 
     async def start_container(self, pod_name: str, container_name: str) -> RunContainerOptions:
         """(Re)start one container: PreStartContainer if required, then its merged run options."""
@@ -308,7 +404,10 @@ class KubeletSimulator:
         container, is_init = pod.container(container_name)
         try:
             options = await manager.run_container_options(pod, container, is_init)
-        except DeviceManagerError as err:
+            if self._dra is not None and container.claims:
+                cdi = self._dra.manager.cdi_devices(pod, container)
+                options = dataclasses.replace(options, cdi_devices=(*options.cdi_devices, *cdi))
+        except (DeviceManagerError, DraError) as err:
             error = ContainerStartError("CreateContainerConfigError", str(err), str(err))
             self._log.emit(
                 EventKind.CONTAINER_START_FAILED,

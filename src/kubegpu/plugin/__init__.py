@@ -1,7 +1,9 @@
 """The device plugin daemon (`kubegpu plugin`): one asyncio loop serving the allocation core to the kubelet.
 
-Owns the lifecycle and reloads (`daemon`), one DevicePlugin gRPC service per resource (`server`),
-registration with the current kubelet (`registrar`), Prometheus metrics (`metrics`), the optional
+Owns the lifecycle and reloads (`daemon`), the pure plan a reload applies (`reconcile`), restarts of
+background tasks (`supervise`), one DevicePlugin gRPC service per resource (`server`, with its method table
+`rpc_table` and its bounds `serving_limits`), registration with the current kubelet (`registrar`),
+Prometheus metrics (`metrics`), the optional
 /healthz, /readyz and /metrics endpoint (`http_endpoint`), the PodResources client
 (`podresources_client`), config-file watching (`filewatch`), the CDI spec files (`cdi_files`) and the
 command (`cli`).

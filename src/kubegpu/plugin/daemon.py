@@ -1,51 +1,70 @@
 """The `kubegpu plugin` daemon: discovery, servers, registrar and health monitor on one asyncio loop.
 
-Lifecycle (design.md §2): settings are already validated when we get here. Discover (in a thread: NVML
-blocks), build resources, serve and register them, then apply health reports as new snapshots until a signal
-says stop (SIGTERM/SIGINT/SIGQUIT) or reload (SIGHUP: re-read the config; a bad one keeps the old running).
+Lifecycle (architecture.md §4): settings are already validated when we get here. Discover (in a thread: NVML
+blocks), build resources, serve and register them, then apply health changes until a signal says stop
+(SIGTERM/SIGINT/SIGQUIT) or reload (SIGHUP or a changed config file).
+
+Every change of what is served (start, reload, rediscovery, MPS retry) goes the same way:
+1. prepare a `Candidate` without touching anything: the settings (parsed in a thread, within a time
+   budget), discovery, the GPUs it lost carried over, the Allocate options, the resources, the CDI specs;
+2. write the CDI specs, all or nothing;
+3. plan (reconcile.py) against what the servers serve now, and apply the plan.
+A failure in 1 or 2 keeps the old config serving with the health monitor untouched, says why and counts it
+(kubegpu_config_reloads_total); a failure in 3 is a bug that leaves the state unknown, so the daemon exits
+non-zero and the DaemonSet restarts it.
+
+Health: one `FaultBook` lives as long as the daemon; monitors write to it, and the served snapshot is always
+the discovered one with the book's faults on top, so no reload, server restart or monitor restart can make a
+broken GPU look healthy. Background tasks run under a `Supervisor` (supervise.py): restarted with back-off,
+or the daemon exits; `/healthz` fails while one is down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
+import socket
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubegpu.allocation.allocate import AllocateOptions
-from kubegpu.allocation.cdi import specs_for
+from kubegpu.allocation.cdi import Spec, specs_for
 from kubegpu.allocation.from_settings import allocate_options, resource_options
-from kubegpu.allocation.resources import (
-    Resource,
-    ResourceError,
-    ResourceOptions,
-    build_resources,
-)
+from kubegpu.allocation.resources import Resource, ResourceError, ResourceOptions, build_resources
+from kubegpu.common.backoff import Backoff
 from kubegpu.node.discovery import discover, explain_nvml_error
 from kubegpu.node.driverfiles import ImexChannelError
-from kubegpu.node.health import (
-    ALL_GPUS,
-    Fault,
-    HealthEvent,
-    HealthMonitor,
-    HealthSettings,
-)
-from kubegpu.node.inventory import GpuLink, Health, Inventory
+from kubegpu.node.faults import Fault, FaultBook
+from kubegpu.node.health import HealthEvent, HealthMonitor, HealthSettings
+from kubegpu.node.inventory import Gpu, GpuLink, Health, Inventory
 from kubegpu.node.mps_control import mps_daemon_alive
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
-from kubegpu.node.xids import XidCatalogError
+from kubegpu.node.xids import XidAction, XidCatalogError
 from kubegpu.plugin.cdi_files import CdiSpecWriter
 from kubegpu.plugin.filewatch import watch_file
 from kubegpu.plugin.http_endpoint import HttpServer
 from kubegpu.plugin.metrics import PluginMetrics
 from kubegpu.plugin.podresources_client import PodResourcesClient
+from kubegpu.plugin.reconcile import (
+    MonitorStep,
+    Plan,
+    Served,
+    Step,
+    carry_missing,
+    plan,
+    with_faults,
+)
 from kubegpu.plugin.registrar import KubeletId, Registrar, Registration
 from kubegpu.plugin.server import ResourceServer
+from kubegpu.plugin.supervise import Supervisor
 from kubegpu.settings.choices import DEFAULT_KUBELET_SOCKET
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import PluginSettings
@@ -54,10 +73,69 @@ from kubegpu.settings.table import CDI_ROOT_ENV
 log = logging.getLogger(__name__)
 
 NO_DEVICES = "No devices found. Waiting indefinitely."
+# A 1 MiB ConfigMap parses in well under a second; a file that takes longer cannot be one we should serve,
+# and the parse must not hold the old config's Allocate answers or health updates up meanwhile.
+CONFIG_LOAD_BUDGET_S = 10.0
+MONITOR_TASK = "nvml-health"
+MISSING = "not found by discovery"
+
+T = TypeVar("T")
 
 
 class StartupError(RuntimeError):
     """The daemon cannot start; the message names the cause and the fix. Exit code 1."""
+
+
+class ReloadError(RuntimeError):
+    """A new config (or a rediscovery) cannot be served; nothing was changed. `reason` labels the metric."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """Everything a change of config or devices needs, built before anything is touched."""
+
+    settings: PluginSettings
+    base: Inventory  # what discovery found, plus the GPUs it lost since (no faults applied)
+    missing: Mapping[str, Gpu]  # the GPUs carried over: UUID -> the GPU as last seen
+    missing_reasons: Mapping[str, str]
+    rediscovered: bool
+    resource_options: ResourceOptions
+    allocate_options: AllocateOptions
+    withheld: frozenset[str]  # MPS resources whose control daemon does not answer yet
+    specs: Mapping[str, Spec]
+
+
+def in_daemon_thread(call: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """Run `call` in a daemon thread; unlike the default executor's threads, one that overruns its time
+    budget neither holds up the exit nor blocks the next call."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = call()
+        except BaseException as err:  # handed to the awaiting coroutine
+            error = err
+        with contextlib.suppress(RuntimeError):  # the loop closed while we ran: nobody is waiting
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" warning
+    return future
 
 
 class Daemon:
@@ -67,9 +145,12 @@ class Daemon:
         *,
         reload_settings: Callable[[], PluginSettings] | None = None,
         backend: NvmlBackend | None = None,
+        config_load_budget_s: float = CONFIG_LOAD_BUDGET_S,
+        restart_backoff: Callable[[], Backoff] | None = None,
     ) -> None:
         self.settings = settings
         self._reload_settings = reload_settings
+        self._config_load_budget_s = config_load_budget_s
         try:
             self._backend = backend or load_nvml(settings.env.nvml)
         except ValueError as err:  # KUBEGPU_FAKE_NVML names an unknown or broken profile
@@ -82,10 +163,16 @@ class Daemon:
         self._discovered = False  # the first discovery has finished (GPUs found or not)
         pod_resources = settings.pod_resources_socket
         self.metrics = PluginMetrics(
-            status=self, pod_resources=PodResourcesClient(pod_resources) if pod_resources else None
+            status=self,
+            pod_resources=PodResourcesClient(pod_resources) if pod_resources else None,
+            tasks=lambda: self.supervisor.states(),
         )
+        self.supervisor = Supervisor(self._fatal, observer=self.metrics, backoff=restart_backoff)
         self.registrar = Registrar(
-            self.plugin_dir, Path(kubelet) if kubelet else None, on_registered=self.metrics.registered
+            self.plugin_dir,
+            Path(kubelet) if kubelet else None,
+            on_registered=self.metrics.registered,
+            spawn=self.supervisor.spawn,
         )
         self.http = (
             HttpServer(
@@ -94,36 +181,53 @@ class Daemon:
                 port=settings.http_port,
                 host=settings.http_address or None,
                 grace_s=settings.health_grace_s,
+                tasks_down=self.supervisor.down,
+                spawn=self.supervisor.spawn,
             )
             if settings.http_port
             else None
         )
-        self.inventory = Inventory()
-        self._nvml_up = False
-        self._monitor: HealthMonitor | None = None
-        self._faults: dict[str, Fault] = {}  # survives reloads: a reload must not make a bad GPU healthy
         try:
             self.health_settings = HealthSettings.from_settings(settings.env)
         except XidCatalogError as err:
             raise StartupError(str(err)) from err
+        self._nvml_up = False
         self._cdi = CdiSpecWriter(settings.env.cdi_root)
-        self._retry_pending = False
+        # The state every apply replaces whole, under _apply_lock.
+        self.faults = FaultBook()  # outlives every monitor, reload and server
+        self._base = Inventory()  # discovered + carried GPUs, without faults
+        self.inventory = Inventory()  # as served: _base with the faults on top
+        self._missing: dict[str, Gpu] = {}
         self._resource_options = ResourceOptions()
-        self._reload_lock = asyncio.Lock()
-        self._reload_again = False
+        self._allocate_options = AllocateOptions()
+        self._withheld: frozenset[str] = frozenset()
+        self._watched: frozenset[str] | None = None  # the GPUs the health monitor task watches
+        self._monitor_task: asyncio.Task[None] | None = None
+        self._apply_lock = asyncio.Lock()  # an apply and a health update never interleave
+        self._reconcile_lock = asyncio.Lock()  # one prepare+apply at a time
+        self._want_config = False  # what the next reconcile pass must do (requests are coalesced)
+        self._want_discovery = False
+        self._want_pass = False
+        self._parsing: asyncio.Future[PluginSettings] | None = None
+        self._health_changed = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._health_queue: asyncio.Queue[Sequence[HealthEvent]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._exit_code = 0
+        self._oneshots: set[asyncio.Task[Any]] = set()
 
     @property
     def nvml(self) -> Any:
         return self._backend.nvml
 
+    @property
+    def _checks_enabled(self) -> bool:
+        return self.health_settings.classifier.policy.checks_enabled
+
     # --- lifecycle -----------------------------------------------------------------------------------
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        stop_signals = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+        for sig in stop_signals:
             loop.add_signal_handler(sig, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
         log.info("Running with config:\n%s", self.settings.log_json())
@@ -132,35 +236,62 @@ class Daemon:
             log.warning("%s", warning)
         if not self.settings.kubelet_socket:
             log.info("Skipping registration with Kubelet")
+        if not self._checks_enabled:
+            log.info("health checks disabled by DP_DISABLE_HEALTHCHECKS; GPUs stay Healthy")
         try:
             await self.registrar.start()
-            if self.http is not None:
-                await self.http.start()
-                log.info("serving /healthz, /readyz and /metrics on port %d", self.http.port)
+            await self._start_http()
             await self._start_devices()
-            self._spawn(self._apply_health_reports())
+            self.supervisor.start("health-reports", self._apply_health_reports)
             if self.settings.config_file:
-                # A changed config file (config-manager symlink swap, ConfigMap update) reloads like SIGHUP.
-                self._spawn(watch_file(Path(self.settings.config_file), self._config_changed))
+                # A changed config file (config-manager symlink swap, ConfigMap update) reloads like SIGHUP;
+                # a watcher that had to be restarted reloads once, for what it may have missed meanwhile.
+                self.supervisor.start("config-watch", self._watch_config, on_restart=self.reload)
             await self._stopping.wait()
         finally:
+            for sig in (*stop_signals, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
             await self.shutdown()
-        return 0
+        return self._exit_code
 
     def stop(self) -> None:
         self._stopping.set()
 
-    def _spawn(self, coro: Any) -> None:
+    def _fatal(self, what: str, err: BaseException) -> None:
+        """Crash-only: the daemon cannot go on safely; exit non-zero so the DaemonSet restarts it."""
+        self._exit_code = 1
+        self._stopping.set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """A one-shot task (a reload asked for by a signal); its errors are handled inside."""
         task = asyncio.create_task(coro)
-        self._tasks.append(task)
-        task.add_done_callback(self._tasks.remove)
+        self._oneshots.add(task)
+        task.add_done_callback(self._oneshots.discard)
+
+    async def _start_http(self) -> None:
+        if self.http is None:
+            return
+        try:
+            await self.http.start()
+        except OSError as err:  # the port is taken, the address does not resolve or is not ours
+            where = f"{self.settings.http_address or '*'}:{self.settings.http_port}"
+            if isinstance(err, socket.gaierror) or not err.errno:
+                cause = err.strerror or str(err)
+            else:  # asyncio words bind errors its own way; the errno's text is the one users search for
+                cause = os.strerror(err.errno)
+            raise StartupError(
+                f"cannot serve the HTTP endpoint on {where}: {cause}; choose a free "
+                "--http-port (KUBEGPU_HTTP_PORT) and an address of this node for --http-address "
+                "(KUBEGPU_HTTP_ADDRESS)"
+            ) from err
+        log.info("serving /healthz, /readyz and /metrics on port %d", self.http.port)
 
     async def shutdown(self) -> None:
         if self.http is not None:
             await self.http.close()
-        await asyncio.to_thread(self._stop_monitor)
-        for task in list(self._tasks):
+        for task in list(self._oneshots):
             task.cancel()
+        await self.supervisor.close()  # the health monitor's task stops its thread on the way out
         await self.registrar.close()  # stops servers and removes our sockets
         await asyncio.to_thread(self._cdi.remove)
         if self._nvml_up:
@@ -171,78 +302,15 @@ class Daemon:
 
     async def _start_devices(self) -> None:
         """Discover and serve. Without devices, keep retrying in the background (failOnInitError=false)."""
-        inventory = await self._discover()
-        self._discovered = True
-        if inventory is None or not inventory.gpus:
-            log.warning("%s", NO_DEVICES)
-            self._spawn(self._retry_discovery())
-            return
-        await self._serve(inventory)
-
-    async def _discover(self) -> Inventory | None:
-        nvml = self.nvml
-        try:
-            if not self._nvml_up:
-                await asyncio.to_thread(nvml.nvmlInit)
-                self._nvml_up = True
-            return await asyncio.to_thread(discover, nvml, self._backend.sysfs_root)
-        except nvml.NVMLError as err:
-            message = f"nvml init failed: {err}. {explain_nvml_error(err)}"
-            if self.settings.flags.failOnInitError is not False:
-                raise StartupError(message) from err
-            log.warning("%s (failOnInitError=false: staying up)", message)
-            return None
-
-    async def _retry_discovery(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.env.discovery_retry_s)
+        async with self._reconcile_lock:  # a SIGHUP this early waits for the start to finish
             try:
-                inventory = await self._discover()
-            except StartupError as err:  # failOnInitError may have been turned on by a reload
-                log.warning("%s", err)
-                continue
-            if inventory is not None and inventory.gpus:
-                log.info("found %d GPU(s) on retry", len(inventory.gpus))
-                await self._serve(inventory)
-                return
-
-    async def _serve(self, inventory: Inventory) -> None:
-        carried = {u: HealthMonitor.health_of(f) for u, f in self._faults.items() if inventory.gpu_by_uuid(u)}
-        inventory = inventory.with_gpu_health(carried)
-        self.inventory = inventory
-        # Read once per (re)start: health updates rebuild resources often and must not re-read files.
-        self._resource_options = resource_options(self.settings)
-        try:
-            options = allocate_options(self.settings)
-        except ImexChannelError as err:
-            raise StartupError(str(err)) from err
-        await self._refresh_cdi_specs(inventory, options)
-        try:
-            resources = self._build(inventory)
-        except ResourceError as err:
-            raise StartupError(str(err)) from err
-        resources = await self._serveable(resources)
-        self.metrics.update_resources(resources)
-        current = {s.name: s for s in self.registrar.servers}
-        servers = []
-        for resource in resources:
-            server = current.get(resource.name)
-            if server is None:
-                server = ResourceServer(resource, self.plugin_dir, options, self._links, metrics=self.metrics)
-            else:  # unchanged name: update in place, no restart and no re-registration
-                server.options = options
-                await server.update(resource)
-            servers.append(server)
-        log.info(
-            "discovered %d GPU(s) (driver %s, CUDA %s); serving %s",
-            len(inventory.gpus),
-            inventory.driver_version or "?",
-            inventory.cuda_driver_version or "?",
-            ", ".join(f"{r.name}={len(r.devices)}" for r in resources),
-        )
-        # Arm health events before the kubelet can see the devices, so no early XID slips through.
-        await self._start_monitor(inventory)
-        await self.registrar.set_servers(servers)
+                candidate = await self._prepare(self.settings, rediscover=True)
+                await self._write_cdi(candidate.specs)
+            except ReloadError as err:
+                raise StartupError(str(err)) from err
+            finally:
+                self._discovered = True
+            await self._apply(candidate)
 
     # --- what the health endpoints and metrics read ------------------------------------------------
 
@@ -262,152 +330,321 @@ class Daemon:
     def _links(self) -> Mapping[tuple[int, int], GpuLink]:
         return self.inventory.link_map()
 
-    async def _serveable(self, resources: list[Resource]) -> list[Resource]:
-        """Leave out MPS resources whose control daemon does not answer yet, and retry them later.
+    # --- reconcile: prepare, then apply --------------------------------------------------------------
+
+    async def reload(self) -> None:
+        """Re-read the config (SIGHUP, config file change) and rediscover."""
+        if self._reload_settings is None:
+            return
+        await self._reconcile(load_config=True, rediscover=True)
+
+    async def _reconcile(self, *, load_config: bool = False, rediscover: bool = True) -> None:
+        """One prepare+apply pass at a time. Requests made while a pass runs are answered together by one
+        more pass afterwards (which sees the latest config file and devices); each caller returns once a
+        pass that started after its request has ended."""
+        self._want_config |= load_config
+        self._want_discovery |= rediscover
+        self._want_pass = True
+        async with self._reconcile_lock:
+            while self._want_pass:
+                load, discover_again = self._want_config, self._want_discovery
+                self._want_pass = self._want_config = self._want_discovery = False
+                await self._reconcile_once(load_config=load, rediscover=discover_again)
+
+    async def _reconcile_once(self, *, load_config: bool, rediscover: bool) -> None:
+        what = "config reload" if load_config else "rediscovery" if rediscover else "refresh"
+        try:
+            settings = await self._load_settings() if load_config else self.settings
+            candidate = await self._prepare(settings, rediscover=rediscover)
+            await self._write_cdi(candidate.specs)
+        except ReloadError as err:
+            log.error("%s failed, keeping the last good config running: %s", what, err)
+            if load_config:
+                self.metrics.config_reload(err.reason)
+            return
+        except Exception:  # a bug, found before anything changed: the old config keeps serving
+            log.exception("%s failed unexpectedly, keeping the last good config running", what)
+            if load_config:
+                self.metrics.config_reload("error")
+            return
+        if load_config:
+            log.info("reloading with the new config")
+            log.info("Running with config:\n%s", settings.log_json())
+        try:
+            applied = await self._apply(candidate)
+        except Exception as err:
+            log.critical("applying the %s failed part-way; exiting to be restarted", what, exc_info=True)
+            self._fatal(what, err)
+            return
+        if load_config:
+            self.metrics.config_reload(None)
+            log.info("reload complete: %s", applied.summary())
+
+    async def _load_settings(self) -> PluginSettings:
+        """The new settings, parsed off the event loop within the time budget; ReloadError otherwise."""
+        assert self._reload_settings is not None
+        budget = self._config_load_budget_s
+        if self._parsing is not None and not self._parsing.done():
+            raise ReloadError(
+                "timeout",
+                f"the config file's previous parse is still running, over its {budget:g} s budget; fix the "
+                "file (a ConfigMap holds at most 1 MiB) and reload again",
+            )
+        self._parsing = in_daemon_thread(self._reload_settings, "config-parse")
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._parsing), budget)
+        except TimeoutError:
+            raise ReloadError(
+                "timeout",
+                f"parsing the config file took longer than its {budget:g} s budget; fix the file "
+                "(a ConfigMap holds at most 1 MiB)",
+            ) from None
+        except ConfigError as err:
+            raise ReloadError("invalid_config", str(err)) from err
+        except Exception as err:  # anything else the parser raised is still a config we cannot use
+            raise ReloadError("invalid_config", f"{type(err).__name__}: {err}") from err
+
+    async def _prepare(self, settings: PluginSettings, *, rediscover: bool) -> Candidate:
+        """Everything the change needs, or ReloadError naming what cannot be served. Changes nothing."""
+        if rediscover:
+            discovered = await self._discover(settings)
+            carried = carry_missing(self._base, discovered)
+            base, missing = carried.inventory, carried.missing
+            reasons = await asyncio.to_thread(self._why_missing, list(missing)) if missing else {}
+        else:
+            base, missing, reasons = self._base, self._missing, {}
+        resource_opts = await asyncio.to_thread(resource_options, settings)
+        try:
+            allocate_opts = await asyncio.to_thread(allocate_options, settings)
+        except ImexChannelError as err:
+            raise ReloadError("resources", str(err)) from err
+        faults = self.faults.health() | {u: self._missing_health(reasons, u) for u in missing}
+        served = with_faults(base, faults)
+        try:
+            resources = build_resources(served, resource_opts)
+        except ResourceError as err:
+            raise ReloadError("resources", str(err)) from err
+        withheld = await self._mps_not_ready(resources, settings)
+        specs = specs_for(served, settings, allocate_opts.imex_channels, resource_opts.mig_minors)
+        return Candidate(
+            settings=settings,
+            base=base,
+            missing=dict(missing),
+            missing_reasons=reasons,
+            rediscovered=rediscover,
+            resource_options=resource_opts,
+            allocate_options=allocate_opts,
+            withheld=withheld,
+            specs=specs,
+        )
+
+    async def _discover(self, settings: PluginSettings) -> Inventory:
+        nvml = self.nvml
+        try:
+            if not self._nvml_up:
+                await asyncio.to_thread(nvml.nvmlInit)
+                self._nvml_up = True
+            return await asyncio.to_thread(discover, nvml, self._backend.sysfs_root)
+        except nvml.NVMLError as err:
+            message = f"nvml init failed: {err}. {explain_nvml_error(err)}"
+            if self._base.gpus or settings.flags.failOnInitError is not False:
+                raise ReloadError("discovery", message) from err
+            log.warning("%s (failOnInitError=false: staying up)", message)
+            return Inventory()
+
+    def _why_missing(self, uuids: Sequence[str]) -> dict[str, str]:
+        """What NVML says about GPUs discovery no longer lists (runs in a thread)."""
+        nvml, out = self.nvml, {}
+        for uuid in uuids:
+            try:
+                nvml.nvmlDeviceGetHandleByUUID(uuid)
+                out[uuid] = MISSING
+            except nvml.NVMLError as err:
+                out[uuid] = f"{MISSING}: {err}"
+        return out
+
+    def _missing_health(self, reasons: Mapping[str, str], uuid: str) -> Health:
+        """How a GPU discovery lost will be served: its fault, or the one `_apply` will record."""
+        fault = self.faults.get(uuid) or Fault(XidAction.RESET_GPU, reasons.get(uuid, MISSING), None, 0.0)
+        return fault.health
+
+    async def _mps_not_ready(self, resources: Sequence[Resource], settings: PluginSettings) -> frozenset[str]:
+        """MPS resources whose control daemon does not answer yet: left out, and retried later.
 
         NVIDIA checks the same thing before serving an MPS resource; a plugin serving replicas without a
         daemon would hand out pipes nobody listens on.
         """
-        out = []
+        out = set()
         for resource in resources:
-            if resource.sharing == "mps":
-                root = self.settings.env.mps_container_root
-                alive, reason = await asyncio.to_thread(mps_daemon_alive, root, resource.name, 10.0)
-                if not alive:
-                    log.warning(
-                        "not serving %s yet: the MPS control daemon is not ready (%s)", resource.name, reason
-                    )
-                    self._schedule_retry()
-                    continue
-            out.append(resource)
-        return out
+            if resource.sharing != "mps":
+                continue
+            root = settings.env.mps_container_root
+            alive, reason = await asyncio.to_thread(mps_daemon_alive, root, resource.name, 10.0)
+            if not alive:
+                log.warning(
+                    "not serving %s yet: the MPS control daemon is not ready (%s)", resource.name, reason
+                )
+                out.add(resource.name)
+        return frozenset(out)
 
-    def _schedule_retry(self) -> None:
-        if self._retry_pending:
-            return
-        self._retry_pending = True
+    async def _write_cdi(self, specs: Mapping[str, Spec]) -> None:
+        """Write the CDI specs (or remove ours when no CDI strategy is selected), all or nothing.
 
-        async def retry() -> None:
-            await asyncio.sleep(self.settings.env.mps_retry_s)
-            self._retry_pending = False
-            if self.inventory.gpus:
-                await self._serve(self.inventory)
-
-        self._spawn(retry())
-
-    def _build(self, inventory: Inventory) -> list[Resource]:
-        return build_resources(inventory, self._resource_options)
-
-    # --- CDI spec files ----------------------------------------------------------------------------------
-
-    async def _refresh_cdi_specs(self, inventory: Inventory, options: AllocateOptions) -> None:
-        """Write our CDI specs for this inventory (or remove them when no CDI strategy is selected).
-
-        Runs before the servers register: the runtime must find a spec for every name Allocate hands out.
+        Runs before the servers change: the runtime must find a spec for every name Allocate hands out.
         """
-        minors = self._resource_options.mig_minors
-        specs = specs_for(inventory, self.settings, options.imex_channels, minors)
         try:
             await asyncio.to_thread(self._cdi.refresh, specs)
         except OSError as err:
-            raise StartupError(
+            raise ReloadError(
+                "cdi",
                 f"unable to write CDI specs to {self._cdi.root}: {err}; the cdi-* device-list strategies "
-                f"need a writable CDI directory (mount the host's /var/run/cdi, or set {CDI_ROOT_ENV})"
+                f"need a writable CDI directory (mount the host's /var/run/cdi, or set {CDI_ROOT_ENV})",
             ) from err
 
-    # --- health --------------------------------------------------------------------------------------
-
-    async def _start_monitor(self, inventory: Inventory) -> None:
-        loop = asyncio.get_running_loop()
-
-        def emit(events: Sequence[HealthEvent]) -> None:
-            if events:
-                loop.call_soon_threadsafe(self._health_queue.put_nowait, events)
-
-        self._monitor = HealthMonitor(
-            self.nvml, inventory, self.health_settings, emit, faults=self._faults, on_xid=self.metrics.xid
-        )
-        await asyncio.to_thread(self._monitor.start)
-
-    def _stop_monitor(self) -> None:
-        if self._monitor is not None:
-            self._monitor.stop()
-            self._faults = dict(self._monitor.faults)
-            self._monitor = None
-
-    async def _apply_health_reports(self) -> None:
-        while True:
-            events = await self._health_queue.get()
-            await self.apply_health(events)
-
-    async def apply_health(self, events: Sequence[HealthEvent]) -> None:
-        updates: dict[str, Health] = {}
-        for event in events:
-            targets = (
-                [g.uuid for g in self.inventory.gpus] if event.gpu_uuid is ALL_GPUS else [event.gpu_uuid]
+    async def _apply(self, candidate: Candidate) -> Plan:
+        """Make the candidate what is served: state, health monitor, servers. Raises only on a bug."""
+        for uuid, gpu in candidate.missing.items():
+            if uuid not in self.faults:
+                reason = candidate.missing_reasons.get(uuid, MISSING)
+                self.faults.record(uuid, XidAction.RESET_GPU, reason, None, time.monotonic())
+                log.warning(
+                    "GPU %d (%s) %s: it stays listed as Unhealthy, under the same IDs, until it recovers",
+                    gpu.index,
+                    uuid,
+                    reason,
+                )
+        async with self._apply_lock:
+            self.settings = candidate.settings
+            self._base = candidate.base
+            self._missing = dict(candidate.missing)
+            self._resource_options = candidate.resource_options
+            self._allocate_options = candidate.allocate_options
+            self._withheld = candidate.withheld
+            applied = self._plan(self._build_served())
+            # Arm health events before the kubelet can see new devices, so no early XID slips through.
+            await self._apply_monitor(applied)
+            await self._apply_servers(applied)
+        gpus = self._base.gpus
+        if candidate.rediscovered and gpus:
+            log.info(
+                "discovered %d GPU(s) (driver %s, CUDA %s); serving %s",
+                len(gpus),
+                self._base.driver_version or "?",
+                self._base.cuda_driver_version or "?",
+                ", ".join(f"{r.name}={len(r.devices)}" for r in applied.serving) or "nothing",
             )
-            for uuid in targets:
-                updates[uuid] = event.health
-        inventory = self.inventory.with_gpu_health(updates)
-        if inventory is self.inventory:
-            return
-        self.inventory = inventory
-        resources = self._build(inventory)
-        self.metrics.update_resources(resources)
-        for resource in resources:
-            for server in self.registrar.servers:
-                if server.name == resource.name and await server.update(resource):
-                    log.info(
-                        "%s: %d of %d devices healthy",
-                        resource.name,
-                        resource.healthy_count,
-                        len(resource.devices),
-                    )
+        if not gpus and not self.supervisor.running("discovery-retry"):
+            log.warning("%s", NO_DEVICES)
+            self.supervisor.start("discovery-retry", self._retry_discovery)
+        if self._withheld and not self.supervisor.running("mps-retry"):
+            self.supervisor.start("mps-retry", self._retry_mps)
+        return applied
+
+    def _build_served(self) -> list[Resource]:
+        """The resources to serve now: the current snapshot with today's faults, minus withheld ones."""
+        self.inventory = with_faults(self._base, self.faults.health())
+        resources = build_resources(self.inventory, self._resource_options)
+        return [r for r in resources if r.name not in self._withheld]
+
+    def _plan(self, resources: Sequence[Resource]) -> Plan:
+        served = [Served(s.resource, s.options) for s in self.registrar.servers]
+        gpus = [g.uuid for g in self._base.gpus]
+        return plan(served, resources, self._allocate_options, watched=self._watched, gpus=gpus)
+
+    async def _apply_servers(self, applied: Plan, *, updates_only: bool = False) -> None:
+        current = {s.name: s for s in self.registrar.servers}
+        servers = []
+        for change in applied.changes:
+            server = current.get(change.name)
+            if change.step is Step.REMOVE:
+                continue
+            assert change.resource is not None
+            if change.step is Step.ADD or server is None:
+                if updates_only:
+                    continue  # the health path never changes which servers run
+                options = self._allocate_options
+                server = ResourceServer(change.resource, self.plugin_dir, options, self._links, self.metrics)
+            elif change.step is Step.UPDATE:
+                server.options = self._allocate_options
+                if await server.update(change.resource) and updates_only:
+                    r = change.resource
+                    log.info("%s: %d of %d devices healthy", r.name, r.healthy_count, len(r.devices))
+            servers.append(server)
+        self.metrics.update_resources(s.resource for s in servers)
+        if not updates_only and any(c.step in (Step.ADD, Step.REMOVE) for c in applied.changes):
+            await self.registrar.set_servers(servers)
+
+    async def _retry_discovery(self) -> None:
+        while not self._base.gpus:
+            await asyncio.sleep(self.settings.env.discovery_retry_s)
+            await self._reconcile(rediscover=True)
+        log.info("found %d GPU(s) on retry", len(self._base.gpus))
+
+    async def _retry_mps(self) -> None:
+        while self._withheld:
+            await asyncio.sleep(self.settings.env.mps_retry_s)
+            await self._reconcile(rediscover=False)
+
+    async def _watch_config(self) -> None:
+        await watch_file(Path(self.settings.config_file), self._config_changed)
 
     async def _config_changed(self) -> None:
         log.info("config file %s changed; reloading", self.settings.config_file)
         await self.reload()
 
-    # --- reload --------------------------------------------------------------------------------------
+    # --- health --------------------------------------------------------------------------------------
 
-    async def reload(self) -> None:
-        """Re-read the config (SIGHUP, config file change). Reloads never overlap; a burst of requests
-        while one runs is answered by one more reload afterwards, which sees the latest file."""
-        if self._reload_settings is None:
+    async def _apply_monitor(self, applied: Plan) -> None:
+        """Start a health monitor for the plan's GPUs (armed before it returns), then stop the old one."""
+        if not self._checks_enabled or applied.monitor is MonitorStep.KEEP:
             return
-        if self._reload_lock.locked():
-            self._reload_again = True
-            return
-        async with self._reload_lock:
-            self._reload_again = True
-            while self._reload_again:
-                self._reload_again = False
-                await self._reload_once()
+        old, self._monitor_task = self._monitor_task, None
+        self._watched = None
+        if applied.monitor is MonitorStep.WATCH:
+            armed = asyncio.Event()
+            watch = functools.partial(self._run_monitor, self._base, armed)
+            self._monitor_task = self.supervisor.start(MONITOR_TASK, watch)
+            await armed.wait()
+            self._watched = applied.gpus
+        if old is not None:
+            old.cancel()
+            await asyncio.wait([old])
 
-    async def _reload_once(self) -> None:
-        """One reload; anything wrong with the new config keeps the old one running."""
-        assert self._reload_settings is not None
+    async def _run_monitor(self, inventory: Inventory, armed: asyncio.Event) -> None:
+        """The health thread as a supervised task: ends when cancelled, raises when the thread died."""
+        loop = asyncio.get_running_loop()
+
+        def emit(events: Sequence[HealthEvent]) -> None:
+            if events:
+                with contextlib.suppress(RuntimeError):  # the loop closed: we are stopping
+                    loop.call_soon_threadsafe(self._health_changed.set)
+
+        monitor = HealthMonitor(
+            self.nvml, inventory, self.health_settings, emit, faults=self.faults, observer=self.metrics
+        )
         try:
-            settings = self._reload_settings()
-        except ConfigError as err:
-            log.error("config reload failed, keeping the last good config running: %s", err)
-            return
-        inventory = await self._discover()
-        if inventory is not None and inventory.gpus:
-            try:
-                build_resources(inventory, resource_options(settings))  # dry run before anything changes
-                allocate_options(settings)
-            except (ResourceError, ImexChannelError) as err:
-                log.error("config reload failed, keeping the last good config running: %s", err)
+            await asyncio.to_thread(monitor.start)
+            armed.set()
+            await asyncio.wrap_future(monitor.finished)
+            raise RuntimeError("the NVML health thread ended without being stopped")
+        finally:
+            armed.set()
+            await asyncio.to_thread(monitor.stop)
+
+    async def _apply_health_reports(self) -> None:
+        """Serve each change of the fault book; a restarted task first catches up with all of it."""
+        while True:
+            self._health_changed.clear()
+            await self._sync_health()
+            await self._health_changed.wait()
+
+    async def _sync_health(self) -> None:
+        async with self._apply_lock:
+            if with_faults(self._base, self.faults.health()) == self.inventory:
                 return
-        log.info("reloading with the new config")
-        self.settings = settings
-        log.info("Running with config:\n%s", settings.log_json())
-        await asyncio.to_thread(self._stop_monitor)
-        if inventory is None or not inventory.gpus:
-            await self.registrar.set_servers([])
-            log.warning("%s", NO_DEVICES)
-            self._spawn(self._retry_discovery())
-            return
-        await self._serve(inventory)
-        log.info("reload complete")
+            await self._apply_servers(self._plan(self._build_served()), updates_only=True)
+        back = [u for u in self._missing if u not in self.faults]
+        if back:
+            names = ", ".join(f"{self._missing[u].index} ({u})" for u in back)
+            log.info("GPU %s recovered after it was lost: rediscovering it", names)
+            self._spawn(self._reconcile(rediscover=True))

@@ -4,9 +4,11 @@ Health is read from the registrar's state, not from socket files: a resource is 
 with the kubelet that serves kubelet.sock now. `/healthz` fails (503) once a resource that should be
 registered has been down for longer than the grace period, counted from the daemon's start or from the
 moment it went down (a kubelet restart, a reload), so a normal re-registration never flaps the probe while
-a registrar that is stuck or keeps failing gets the pod restarted. `/readyz` is 200 once every resource is
-registered. A sampler notes when resources go down once a second, so the grace period does not depend on
-how often the probes come.
+a registrar that is stuck or keeps failing gets the pod restarted. `/healthz` also fails at once while a
+supervised background task is down after a failure (supervise.py), naming it: the health thread, the config
+watcher or the registrar not running is a plugin that must not look alive. `/readyz` is 200 once every
+resource is registered. A sampler notes when resources go down once a second, so the grace period does not
+depend on how often the probes come.
 
 It is a deliberately small HTTP/1.1 server on the daemon's own event loop (three GET paths, one request
 per connection): aiohttp would add ~10 MB of resident memory for nothing we need, and sharing the loop
@@ -20,12 +22,13 @@ import contextlib
 import email.utils
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from kubegpu.plugin.metrics import PluginMetrics, RegistrationSource, is_registered
 from kubegpu.plugin.registrar import KubeletId
+from kubegpu.plugin.supervise import TaskDown
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +99,12 @@ class HealthChecker:
         *,
         grace_s: float = DEFAULT_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
+        tasks_down: Callable[[], Sequence[TaskDown]] | None = None,
     ) -> None:
         self.source = source
         self.grace_s = grace_s
         self._clock = clock
+        self._tasks_down = tasks_down
         self._down_since: dict[str, float] = {}
         self._discovering_since: float | None = None
         self._sampled = False
@@ -133,6 +138,9 @@ class HealthChecker:
         return Observation(tuple(rows), None)
 
     def liveness(self) -> Verdict:
+        down = self._tasks_down() if self._tasks_down is not None else ()
+        if down:
+            return Verdict(False, "unhealthy: " + "; ".join(d.describe() for d in down) + "\n")
         seen = self.observe()
         if seen.discovering_for_s is not None:
             ok = seen.discovering_for_s <= self.grace_s
@@ -194,9 +202,12 @@ class HttpServer:
         port: int,
         host: str | None = None,
         grace_s: float = DEFAULT_GRACE_S,
+        tasks_down: Callable[[], Sequence[TaskDown]] | None = None,
+        spawn: Callable[[str, Callable[[], Awaitable[None]]], asyncio.Task[None]] | None = None,
     ) -> None:
-        self.health = HealthChecker(status, grace_s=grace_s)
+        self.health = HealthChecker(status, grace_s=grace_s, tasks_down=tasks_down)
         self.metrics = metrics
+        self._spawn = spawn  # runs the sampler (the daemon's supervisor); a plain task when None
         self.host = host
         self._port = port
         self._server: asyncio.Server | None = None
@@ -214,7 +225,10 @@ class HttpServer:
         self._server = await asyncio.start_server(
             self._connection, self.host, self._port, limit=MAX_REQUEST_HEAD
         )
-        self._sampler = asyncio.create_task(self._sample(), name="health-sampler")
+        if self._spawn is not None:
+            self._sampler = self._spawn("health-sampler", self._sample)
+        else:
+            self._sampler = asyncio.create_task(self._sample(), name="health-sampler")
         log.info("serving /healthz, /readyz and /metrics on %s:%d", self.host or "*", self.port)
 
     async def close(self) -> None:

@@ -1,6 +1,7 @@
 """The plugin's Prometheus metrics, in a registry of their own.
 
-The daemon reports what happens (`update_resources`, `allocated`, `allocation_failed`, `registered`, `xid`);
+The daemon reports what happens (`update_resources`, `allocated`, `allocation_failed`, `registered`, `xid`,
+`xid_ignored`, `ecc_event`, `config_reload`, `task_restarted`);
 what is a state rather than an event is read when Prometheus scrapes: device counts and health from the last
 resources snapshot, registration from the daemon's `RegistrationSource`, and which pod and container hold
 which device from the kubelet's PodResources API. `render()` fetches PodResources first (async, with a
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.platform_collector import PlatformCollector
@@ -158,6 +159,9 @@ class _Declare:
     def counter(self, name: str, documentation: str, *labels: str) -> Counter:
         return Counter(f"{PREFIX}_{name}", documentation, labels, registry=self.registry)
 
+    def gauge(self, name: str, documentation: str, *labels: str) -> Gauge:
+        return Gauge(f"{PREFIX}_{name}", documentation, labels, registry=self.registry)
+
     def histogram(self, name: str, documentation: str, buckets: Sequence[float], *labels: str) -> Histogram:
         return Histogram(f"{PREFIX}_{name}", documentation, labels, buckets=buckets, registry=self.registry)
 
@@ -170,9 +174,11 @@ class PluginMetrics:
         pod_resources: PodResourcesClient | None = None,
         version: str = __version__,
         process_metrics: bool = True,
+        tasks: Callable[[], Mapping[str, bool]] | None = None,
     ) -> None:
         self.status = status
         self.pod_resources = pod_resources
+        self.tasks = tasks  # supervised background tasks by name: True while running
         self.registry = r = CollectorRegistry()
         declare = _Declare(r)
         declare.build_info(version)
@@ -198,6 +204,37 @@ class PluginMetrics:
             "resource",
         )
         self._xids = declare.counter("xid_errors", "XID events by code and GPU.", "xid", "uuid")
+        self._xids_ignored = declare.counter(
+            "xid_ignored",
+            "XID events not acted on (application faults, ignored by DP_DISABLE_HEALTHCHECKS or the XID "
+            "catalog, or on a GPU this plugin does not manage), by code.",
+            "xid",
+        )
+        self._ecc_events = declare.counter(
+            "ecc_events", "NVML ECC error events by type (counted only, as NVIDIA acts on XIDs).", "type"
+        )
+        self._config_reloads = declare.counter(
+            "config_reloads",
+            "Config reloads (SIGHUP or a changed config file), by result: applied or failed (the last good "
+            "config kept serving).",
+            "result",
+        )
+        self._config_reload_failures = declare.counter(
+            "config_reload_failures",
+            "Failed config reloads by reason: invalid_config, timeout (parsing over its time budget), "
+            "discovery, resources (the config does not build on this node's devices), cdi (spec files "
+            "not writable), error (unexpected).",
+            "reason",
+        )
+        self._config_last_reload_ok = declare.gauge(
+            "config_last_reload_successful", "1 when the last config reload was applied (or none was tried)."
+        )
+        self._config_last_reload_ok.set(1)
+        for result in ("applied", "failed"):
+            self._config_reloads.labels(result)
+        self._task_restarts = declare.counter(
+            "task_restarts", "Restarts of a background task after it failed, by task.", "task"
+        )
         self._transitions = declare.counter(
             "health_transitions",
             "Devices that changed health, by the health they changed to.",
@@ -266,6 +303,25 @@ class PluginMetrics:
         """An XID event from NVML; `gpu_uuid` None when NVML could not say which GPU."""
         self._xids.labels(str(code), gpu_uuid or UNKNOWN_GPU).inc()
 
+    def xid_ignored(self, code: int) -> None:
+        """An XID event that is not acted on (the health monitor logs only the first of a storm)."""
+        self._xids_ignored.labels(str(code)).inc()
+
+    def ecc_event(self, kind: str) -> None:
+        """An NVML ECC event: "single_bit" or "double_bit"."""
+        self._ecc_events.labels(kind).inc()
+
+    def config_reload(self, failure: str | None = None) -> None:
+        """A config reload ended: applied (`failure` None) or failed for the reason given."""
+        self._config_reloads.labels("applied" if failure is None else "failed").inc()
+        if failure is not None:
+            self._config_reload_failures.labels(failure).inc()
+        self._config_last_reload_ok.set(1 if failure is None else 0)
+
+    def task_restarted(self, name: str) -> None:
+        """A supervised background task failed and was started again."""
+        self._task_restarts.labels(name).inc()
+
     # --- scraping -------------------------------------------------------------------------------------
 
     async def render(self, accept: str | None = None) -> tuple[bytes, str]:
@@ -316,6 +372,8 @@ class PluginMetrics:
             yield from self._registration_families(self.status)
         if self.pod_resources is not None:
             yield from self._pod_families()
+        if self.tasks is not None:
+            yield from self._task_families(self.tasks())
 
     def _device_families(self) -> Iterator[Metric]:
         counts = GaugeMetricFamily(
@@ -365,4 +423,14 @@ class PluginMetrics:
             "1 when this scrape read the kubelet's PodResources API, 0 when it could not.",
         )
         up.add_metric([], 1 if self._pod_resources_read else 0)
+        yield up
+
+    def _task_families(self, tasks: Mapping[str, bool]) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            f"{PREFIX}_task_up",
+            "1 while the background task runs, 0 while it is down after a failure (/healthz fails then).",
+            labels=["task"],
+        )
+        for name, running in tasks.items():
+            up.add_metric([name], 1 if running else 0)
         yield up

@@ -7,7 +7,11 @@ that compares what is with what should be:
   file's inode and ctime (a restarted kubelet creates a new one).
 A server registered with an older kubelet is restarted before it registers again, so the old connection's
 stream is gone first (the v1.32 kubelet can otherwise tear down the new registration when the old stream
-ends). Our own socket deletions wake the loop too, and the pass then finds nothing to do: idempotent.
+ends). A server that restarted on its own (a resource outgrowing its receive limit) registers its new
+incarnation. Our own socket deletions wake the loop too, and the pass then finds nothing to do: idempotent.
+
+The plugin directory, when the kubelet has not made it yet, is created 0750 as the kubelet makes it,
+whatever the umask.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +30,13 @@ from asyncinotify import Inotify, Mask
 
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 from kubegpu.common.backoff import Backoff
+from kubegpu.common.dirs import ensure_dir
 from kubegpu.plugin.server import OPTIONS, ResourceServer
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
+PLUGIN_DIR_MODE = 0o750  # what the kubelet gives the directory
 REGISTER_TIMEOUT_S = 15.0  # the kubelet may spend up to 10 s dialing back before it answers
 SAFETY_INTERVAL_S = 5.0  # reconcile even without events, in case one was missed
 CLOSE_TIMEOUT_S = 2.0
@@ -43,6 +49,7 @@ class Registration:
     """What the registrar knows about one resource's registration."""
 
     registered_with: KubeletId | None = None
+    incarnation: int = 0  # the server's incarnation that registration was for
     registered_at: float | None = None  # time.monotonic() of the last success
     registrations: int = 0
     failures: int = 0
@@ -69,8 +76,10 @@ class Registrar:
         kubelet_socket: Path | None,
         *,
         on_registered: Callable[[str, float], None] | None = None,
+        spawn: Callable[[str, Callable[[], Awaitable[None]]], asyncio.Task[None]] | None = None,
     ) -> None:
         self.plugin_dir = plugin_dir
+        self._spawn = spawn  # runs the two loops (the daemon's supervisor restarts them); plain tasks if None
         self.kubelet_socket = kubelet_socket  # None: serve without registering (NVIDIA's --kubelet-socket "")
         self._on_registered = on_registered
         self._servers: list[ResourceServer] = []
@@ -89,9 +98,11 @@ class Registrar:
         if self.kubelet_socket is None:
             return all(s.running for s in self._servers)
         current = kubelet_identity(self.kubelet_socket)
-        return current is not None and all(
-            self.state[s.name].registered_with == current and s.running for s in self._servers
-        )
+        return current is not None and all(self._registered(s, current) for s in self._servers)
+
+    def _registered(self, server: ResourceServer, kubelet: KubeletId | None) -> bool:
+        reg = self.state[server.name]
+        return server.running and reg.registered_with == kubelet and reg.incarnation == server.incarnation
 
     def registration(self, resource: str) -> Registration | None:
         return self.state.get(resource)
@@ -114,6 +125,8 @@ class Registrar:
                     await old.stop()
             self.state = {s.name: self.state[s.name] if s.name in kept else Registration() for s in servers}
             self._servers = list(servers)
+            for server in servers:
+                server.on_outgrown = self.wake
         await self.reconcile()
 
     def wake(self) -> None:
@@ -122,11 +135,15 @@ class Registrar:
         self._wake.set()
 
     async def start(self) -> None:
-        self.plugin_dir.mkdir(parents=True, exist_ok=True)
-        self._tasks = [
-            asyncio.create_task(self._watch(), name="registrar-watch"),
-            asyncio.create_task(self._loop(), name="registrar-loop"),
-        ]
+        ensure_dir(self.plugin_dir, PLUGIN_DIR_MODE)
+        if self._spawn is not None:
+            spawn = self._spawn
+            self._tasks = [spawn("registrar-watch", self._watch), spawn("registrar-loop", self._loop)]
+        else:
+            self._tasks = [
+                asyncio.create_task(self._watch(), name="registrar-watch"),
+                asyncio.create_task(self._loop(), name="registrar-loop"),
+            ]
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -158,8 +175,11 @@ class Registrar:
                 log.exception("reconcile pass failed; retrying")
                 retry_in = self._backoff.next_delay()
             timeout = SAFETY_INTERVAL_S if retry_in is None else retry_in
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that arrives as
+            # the wake-up does, and close() then waited in vain for this loop to end.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def reconcile(self) -> float | None:
@@ -172,6 +192,15 @@ class Registrar:
         retry: float | None = None
         for server in self._servers:
             reg = self.state[server.name]
+            if server.outgrown:
+                log.info(
+                    "%s has %d devices, more than its receive limit of %d KiB lets a request name: "
+                    "serving it again with a larger limit",
+                    server.name,
+                    len(server.resource.devices),
+                    server.receive_limit // 1024,
+                )
+                await server.stop()
             if not server.running or not server.socket_intact():
                 if server.running:
                     log.warning("socket %s was removed (kubelet restart?): serving again", server.socket_path)
@@ -184,12 +213,12 @@ class Registrar:
                     await server.stop()
                     retry = self._backoff.next_delay()
                     continue
-            if self.kubelet_socket is None or reg.registered_with == current:
+            if self.kubelet_socket is None or self._registered(server, current):
                 continue
             if current is None:
                 log.info("waiting for the kubelet: %s does not exist yet", self.kubelet_socket)
                 continue  # its creation wakes us
-            if reg.registered_with is not None:
+            if reg.registered_with is not None and reg.registered_with != current:
                 log.info("kubelet restarted: restarting %s before registering again", server.name)
                 await server.stop()
                 await server.start()
@@ -220,6 +249,7 @@ class Registrar:
             )
             return False
         reg.registered_with = kubelet
+        reg.incarnation = server.incarnation
         reg.registered_at = time.monotonic()
         reg.registrations += 1
         reg.last_error = None

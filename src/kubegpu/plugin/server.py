@@ -3,35 +3,65 @@
 The server owns nothing but the latest `Resource` it was given. `update()` swaps it in and wakes every open
 ListAndWatch stream, which then sends the full list again. All request handling is delegated to the pure
 functions in `allocate` and `preferred`; this module only translates between them and protobuf.
+
+Whoever can reach the socket can send anything, so serving is bounded (`serving_limits`): a receive limit
+sized to the largest request the kubelet can send, a cap on calls in flight, bodies that do not decode
+answered INVALID_ARGUMENT (`rpc_table`), and refusals logged at a bounded rate. Refusals set the status
+and return rather than raise (`context.abort`): a raised error's traceback keeps the handler's frame, and
+with it the whole request, alive in a reference cycle until the garbage collector's next full pass, which
+under a stream of large bad requests held hundreds of MB. The socket is the owner's alone (0600): the
+kubelet connects as root.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from kubegpu.allocation.allocate import (
     AllocateOptions,
     AllocationRequestError,
     ContainerAllocation,
     allocate_container,
+    validate_containers,
     validate_request,
 )
-from kubegpu.allocation.preferred import PreferredAllocationError, preferred_devices
+from kubegpu.allocation.preferred import (
+    PreferredAllocationError,
+    preferred_devices,
+    validate_container_count,
+)
 from kubegpu.allocation.resources import Resource
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
+from kubegpu.common.log_throttle import LogThrottle
 from kubegpu.node.inventory import GpuLink
+from kubegpu.plugin import rpc_table
+from kubegpu.plugin.rpc_table import Undecodable
+from kubegpu.plugin.serving_limits import (
+    MAX_CONCURRENT_RPCS,
+    largest_request_bytes,
+    receive_limit,
+    server_options,
+)
 
 log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext
+SOCKET_MODE = 0o600
+# Any client decides how often these happen: a few lines a minute, the rest counted (and in the metrics).
+REFUSALS = LogThrottle(log, interval_s=60.0, burst=5)
+UNDECODABLE = LogThrottle(log, interval_s=60.0, burst=1)
+
+M = TypeVar("M", bound=Message)
 
 
 class AllocationObserver(Protocol):
@@ -91,6 +121,9 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         self._socket_inode: int | None = None
         self._changed = asyncio.Condition()
         self._generation = 0
+        self._receive_limit = 0
+        self.incarnation = 0  # how many times it started: each incarnation registers with the kubelet once
+        self.on_outgrown: Callable[[], None] | None = None  # set by the registrar that keeps it serving
 
     @property
     def name(self) -> str:
@@ -116,15 +149,32 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         except OSError:
             return False
 
+    @property
+    def receive_limit(self) -> int:
+        """The largest request body the running server accepts (0 when not running)."""
+        return self._receive_limit if self.running else 0
+
     async def start(self) -> None:
         self.socket_path.unlink(missing_ok=True)  # a stale socket from a killed predecessor
-        server = grpc.aio.server()
-        api_pb2_grpc.add_DevicePluginServicer_to_server(self, server)
-        server.add_insecure_port(f"unix://{self.socket_path.resolve()}")
+        limit = receive_limit(len(self.resource.devices))
+        server = grpc.aio.server(options=server_options(limit), maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        rpc_table.add_to_server(self, server)
+        with _umask(0o777 & ~SOCKET_MODE):  # gRPC binds and listens here: no moment with a wider mode
+            server.add_insecure_port(f"unix://{self.socket_path.resolve()}")
+        os.chmod(self.socket_path, SOCKET_MODE)
         self._server = server  # before start(): a ListAndWatch may arrive as soon as it listens
+        self._receive_limit = limit
         await server.start()
         self._socket_inode = os.stat(self.socket_path).st_ino
-        log.info("serving %s on %s (%d devices)", self.name, self.socket_path, len(self.resource.devices))
+        self.incarnation += 1
+        log.info(
+            "serving %s on %s (%d devices; requests up to %d KiB, %d calls at once)",
+            self.name,
+            self.socket_path,
+            len(self.resource.devices),
+            limit // 1024,
+            MAX_CONCURRENT_RPCS,
+        )
 
     async def stop(self) -> None:
         server, self._server = self._server, None
@@ -139,6 +189,14 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         self._socket_inode = None
         log.info("stopped serving %s", self.name)
 
+    @property
+    def outgrown(self) -> bool:
+        """True when the kubelet could send a request naming all our devices that the server would refuse.
+
+        The registrar then restarts the server (with a limit for the new count) and registers it again.
+        """
+        return self.running and largest_request_bytes(len(self.resource.devices)) > self._receive_limit
+
     async def update(self, resource: Resource) -> bool:
         """Serve a new device list; returns True when the kubelet will see a change."""
         changed = device_list(resource) != device_list(self.resource)
@@ -147,6 +205,8 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             async with self._changed:
                 self._generation += 1
                 self._changed.notify_all()
+        if self.outgrown and self.on_outgrown is not None:
+            self.on_outgrown()
         return changed
 
     def _outdated(self, generation: int, server: grpc.aio.Server | None) -> bool:
@@ -155,13 +215,24 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
     # --- DevicePlugin service (signatures checked against the generated api_pb2_grpc.pyi) -------------
 
     async def GetDevicePluginOptions(
-        self, request: api_pb2.Empty, context: Context[api_pb2.Empty, api_pb2.DevicePluginOptions]
+        self,
+        request: api_pb2.Empty | Undecodable,
+        context: Context[api_pb2.Empty, api_pb2.DevicePluginOptions],
     ) -> api_pb2.DevicePluginOptions:
+        if isinstance(request, Undecodable):
+            return self._undecodable(
+                "GetDevicePluginOptions", request, context, api_pb2.DevicePluginOptions()
+            )
         return OPTIONS
 
     async def ListAndWatch(
-        self, request: api_pb2.Empty, context: Context[api_pb2.Empty, api_pb2.ListAndWatchResponse]
+        self,
+        request: api_pb2.Empty | Undecodable,
+        context: Context[api_pb2.Empty, api_pb2.ListAndWatchResponse],
     ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        if isinstance(request, Undecodable):
+            self._undecodable("ListAndWatch", request, context, api_pb2.Empty())
+            return
         server = self._server
         generation = self._generation
         log.info("kubelet opened ListAndWatch for %s", self.name)
@@ -176,50 +247,49 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
 
     async def GetPreferredAllocation(
         self,
-        request: api_pb2.PreferredAllocationRequest,
+        request: api_pb2.PreferredAllocationRequest | Undecodable,
         context: Context[api_pb2.PreferredAllocationRequest, api_pb2.PreferredAllocationResponse],
     ) -> api_pb2.PreferredAllocationResponse:
+        rpc, empty = "GetPreferredAllocation", api_pb2.PreferredAllocationResponse()
+        if isinstance(request, Undecodable):
+            return self._undecodable(rpc, request, context, empty)
         responses = []
         links = self._links()
-        for req in request.container_requests:
-            try:
+        try:
+            validate_container_count(self.resource, len(request.container_requests))
+            for req in request.container_requests:
                 ids = preferred_devices(
                     self.resource,
                     links,
-                    list(req.available_deviceIDs),
-                    list(req.must_include_deviceIDs),
+                    req.available_deviceIDs,
+                    req.must_include_deviceIDs,
                     req.allocation_size,
                     policy=self._options.shared_allocation_policy,
                 )
-            except PreferredAllocationError as err:
-                if self._metrics is not None:
-                    self._metrics.allocation_failed(self.name, "GetPreferredAllocation")
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-            responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
+                responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        except PreferredAllocationError as err:
+            return self._refuse(rpc, grpc.StatusCode.INVALID_ARGUMENT, str(err), context, empty)
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 
     async def Allocate(
         self,
-        request: api_pb2.AllocateRequest,
+        request: api_pb2.AllocateRequest | Undecodable,
         context: Context[api_pb2.AllocateRequest, api_pb2.AllocateResponse],
     ) -> api_pb2.AllocateResponse:
-        if not request.container_requests:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f'invalid allocation request for "{self.name}": no container requests '
-                "(the kubelet sends one per container)",
-            )
+        rpc, empty = "Allocate", api_pb2.AllocateResponse()
+        if isinstance(request, Undecodable):
+            return self._undecodable(rpc, request, context, empty)
+        containers = request.container_requests
+        try:
+            validate_containers(self.resource, [len(req.devices_ids) for req in containers])
+            for req in containers:
+                validate_request(self.resource, req.devices_ids)
+        except AllocationRequestError as err:
+            code = grpc.StatusCode.UNKNOWN if err.nvidia_compatible else grpc.StatusCode.INVALID_ARGUMENT
+            return self._refuse(rpc, code, str(err), context, empty)
         responses = []
-        for req in request.container_requests:
+        for req in containers:
             ids = list(req.devices_ids)
-            try:
-                validate_request(self.resource, ids)
-            except AllocationRequestError as err:
-                log.warning("refusing Allocate for %s: %s", self.name, err)
-                if self._metrics is not None:
-                    self._metrics.allocation_failed(self.name)
-                code = grpc.StatusCode.UNKNOWN if err.nvidia_compatible else grpc.StatusCode.INVALID_ARGUMENT
-                await context.abort(code, str(err))
             responses.append(to_proto(allocate_container(self.resource, ids, self._options)))
             if self._metrics is not None:
                 self._metrics.allocated(self.name, len(ids))
@@ -227,7 +297,42 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
 
     async def PreStartContainer(
         self,
-        request: api_pb2.PreStartContainerRequest,
+        request: api_pb2.PreStartContainerRequest | Undecodable,
         context: Context[api_pb2.PreStartContainerRequest, api_pb2.PreStartContainerResponse],
     ) -> api_pb2.PreStartContainerResponse:
+        if isinstance(request, Undecodable):
+            return self._undecodable(
+                "PreStartContainer", request, context, api_pb2.PreStartContainerResponse()
+            )
         return api_pb2.PreStartContainerResponse()
+
+    # --- refusals: status set and an empty message returned, never raised (see the module docstring) -----
+
+    def _refuse(
+        self, rpc: str, code: grpc.StatusCode, message: str, context: Context[Any, Any], empty: M
+    ) -> M:
+        if self._metrics is not None:
+            self._metrics.allocation_failed(self.name, rpc)
+        REFUSALS.warning(f"{rpc} {self.name}", "refusing %s for %s: %s", rpc, self.name, message)
+        context.set_code(code)
+        context.set_details(message)
+        return empty
+
+    def _undecodable(self, rpc: str, request: Undecodable, context: Context[Any, Any], empty: M) -> M:
+        if self._metrics is not None and rpc in ("Allocate", "GetPreferredAllocation"):
+            self._metrics.allocation_failed(self.name, rpc)
+        message = f"{rpc} for {self.name}: {request.describe()}"
+        UNDECODABLE.warning("undecodable", "refusing %s", message)
+        context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+        context.set_details(message)
+        return empty
+
+
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    """The process umask narrowed for one synchronous call; everything else we write sets its mode itself."""
+    previous = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(previous)

@@ -1,7 +1,7 @@
 """The SRE toolkit around the device plugin: `kubegpu lint`, `kubegpu explain`, `kubegpu doctor`.
 
 Modules, one job each:
-  quantity       Kubernetes resource quantities, parsed exactly as apimachinery does
+  (Kubernetes resource quantities live in kubegpu.common.quantity, shared with the DRA allocator)
   model          the API objects read (msgspec types; lite pods for the bulk of a snapshot)
   snapshot       a cluster snapshot from a file (`kubectl get ... -o json`); live.py from the API
   pod_requests   pod requests as kube-scheduler computes them; GPU resource names

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 
+from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_extended_resource_name
 from kubegpu.toolkit import apierrors, quantity
 from kubegpu.toolkit import pod_requests as res

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_extended_resource_name
-from kubegpu.toolkit import quantity
 from kubegpu.toolkit.model import ContainerLite, PodSpecLite, Quantity, init_containers, limits, requests
 
 CPU, MEMORY, EPHEMERAL, PODS = "cpu", "memory", "ephemeral-storage", "pods"

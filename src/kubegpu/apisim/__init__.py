@@ -1,0 +1,46 @@
+"""A simulated Kubernetes API server for tests, benchmarks and `kubegpu demo`: real HTTP on 127.0.0.1,
+real JSON, the real server's semantics and error texts, so the official `kubernetes` client (and any
+other) talks to it as to a cluster.
+
+Modules, one job each:
+  server      ApiServerSim: lifecycle, HTTP handling, watch streams, a Python API for tests
+  kinds       the served resources (Nodes, resource.k8s.io, NFD NodeFeatures) and their discovery data
+  routes      REST paths to (kind, version, namespace, name, subresource)
+  discovery   /api, /apis, /apis/<group>[/<version>], /version documents
+  store       objects, resourceVersions, history, finalizers, owner-reference garbage collection
+  convert     resource.k8s.io v1 <-> v1beta2 <-> v1beta1
+  patch       merge and strategic-merge patches
+  selectors   label and field selectors
+  validation  the API's validation for what DRA drivers and claim authors trip over
+  errors      Status bodies and field errors with the real texts
+Imports kubegpu.common and kubegpu.resourceapi (for CEL compilation, as the real server validates
+selectors), nothing else of kubegpu.
+"""
+
+from .errors import ApiError, FieldError
+from .kinds import (
+    DEVICE_CLASSES,
+    NODE_FEATURES,
+    NODES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    RESOURCE_VERSIONS,
+    ResourceKind,
+)
+from .server import ApiCall, ApiServerSim
+
+__all__ = [
+    "DEVICE_CLASSES",
+    "NODES",
+    "NODE_FEATURES",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_SLICES",
+    "RESOURCE_VERSIONS",
+    "ApiCall",
+    "ApiError",
+    "ApiServerSim",
+    "FieldError",
+    "ResourceKind",
+]

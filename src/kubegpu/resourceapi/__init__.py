@@ -1,0 +1,62 @@
+"""resource.k8s.io (DRA) objects as the scheduler reads them, CEL device selectors, and the structured
+allocator: what tests, the demo and `kubegpu explain` use to see which device a claim gets, and why not.
+
+Modules, one job each:
+  cel        DRA's CEL environment on cel-python: compile selectors, evaluate them on one device
+  model      DeviceClass, ResourceClaim, ResourceSlice parsed from v1/v1beta2 or v1beta1 JSON
+  nodes      which node a slice or device is reachable from (nodeName, allNodes, NodeSelector)
+  pools      the pools a node reaches: highest generation, complete or not, valid or not
+  allocator  the scheduler's structured allocator: status.allocation for a pod's claims on one node
+  explain    per node and request, the verdict on every device (which selector said no, taints, in use)
+Imports only kubegpu.common and third-party libraries.
+"""
+
+from typing import Any
+
+from .allocator import AllocationError, Allocator, Features, allocated_devices
+from .cel import CelError, compile_error, compile_selector, device_activation
+from .explain import CANNOT_ALLOCATE, DeviceVerdict, NodeAccount, RequestAccount, explain, holders
+from .model import (
+    DeviceClass,
+    DeviceID,
+    ModelError,
+    ResourceClaim,
+    ResourceSlice,
+    parse_claim,
+    parse_class,
+    parse_slice,
+)
+from .nodes import Node
+
+
+def reserved_status(allocation: dict[str, Any], pod_name: str, pod_uid: str) -> dict[str, Any]:
+    """A claim's status once the scheduler allocated it and reserved it for a pod."""
+    return {"allocation": allocation, "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}]}
+
+
+__all__ = [
+    "CANNOT_ALLOCATE",
+    "AllocationError",
+    "Allocator",
+    "CelError",
+    "DeviceClass",
+    "DeviceID",
+    "DeviceVerdict",
+    "Features",
+    "ModelError",
+    "Node",
+    "NodeAccount",
+    "RequestAccount",
+    "ResourceClaim",
+    "ResourceSlice",
+    "allocated_devices",
+    "compile_error",
+    "compile_selector",
+    "device_activation",
+    "explain",
+    "holders",
+    "parse_claim",
+    "parse_class",
+    "parse_slice",
+    "reserved_status",
+]

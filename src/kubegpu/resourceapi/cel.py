@@ -1,0 +1,568 @@
+"""DRA's CEL environment for device selectors, on cel-python (celpy), the pure-Python CEL implementation.
+
+What an expression sees (k8s.io/dynamic-resource-allocation/cel, compile.go):
+- `device.driver` (string); `device.attributes["<domain>"].<name>` (int, bool, string, or a semver for
+  `version` attributes); `device.capacity["<domain>"].<name>` (a quantity). Attribute and capacity names
+  without a domain are under the driver's. An unknown domain gives an empty map; an unknown name is an
+  evaluation error, which aborts allocation (so robust selectors check with `has()` or `in`).
+- `cel.bind(name, value, expr)` (cel-go's ext.Bindings, enabled for DRA).
+- The Kubernetes CEL libraries selectors use in practice: quantity (`quantity`, `isQuantity`, `sign`,
+  `isInteger`, `asInteger`, `asApproximateFloat`, `add`, `sub`, `compareTo`, `isGreaterThan`,
+  `isLessThan`), semver (`semver`, `isSemver`, `major`, `minor`, `patch`, `compareTo`, `isGreaterThan`,
+  `isLessThan`), cel-go's strings extension (`charAt`, `indexOf`, `lastIndexOf`, `lowerAscii`, `upperAscii`,
+  `replace`, `split`, `substring`, `trim`, `join`), the Kubernetes lists library (`isSorted`, `sum`, `max`,
+  `indexOf`, `lastIndexOf`; `min` is celpy's own) and regex (`find`, `findAll`), on top of CEL's standard
+  functions and macros.
+Not available: `sets.*`, `url`, `ip`/`cidr`, `format`, optional types, and cost limits (celpy has no
+cost model; selectors here are short and evaluated on a handful of devices).
+
+Compilation checks what the Kubernetes type checker would reject and celpy would only find at run time:
+syntax, identifiers other than `device` (and macro/bind variables), unknown functions, and fields of
+`device` other than driver/attributes/capacity. Type errors inside the maps are found at evaluation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import celpy
+import lark
+import lark.exceptions
+import semver
+from celpy import celtypes
+from celpy.evaluation import CELEvalError, Evaluator, base_functions
+
+from kubegpu.common import quantity as q
+
+DEVICE_FIELDS = ("driver", "attributes", "capacity")
+_MACROS = frozenset({"has", "dyn", "map", "filter", "all", "exists", "exists_one", "min", "reduce"})
+_BINDERS = frozenset({"map", "filter", "all", "exists", "exists_one"})
+
+
+class CelError(Exception):
+    """A selector that does not compile, or fails when evaluated (which aborts allocation)."""
+
+
+# ---- values ------------------------------------------------------------------------------------
+
+
+class Quantity:
+    """A Kubernetes quantity as CEL sees it: compared by value (1Gi == 1024Mi)."""
+
+    __slots__ = ("nanos", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.nanos = q.parse_nanos(text)
+
+    @classmethod
+    def from_nanos(cls, nanos: int) -> Quantity:
+        out = cls.__new__(cls)
+        out.nanos, out.text = nanos, f"{nanos}n"
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Quantity) and other.nanos == self.nanos
+
+    def __hash__(self) -> int:
+        return hash(self.nanos)
+
+    def __repr__(self) -> str:
+        return f"quantity({self.text!r})"
+
+
+class Semver:
+    """A semantic version (semver.org 2.0.0) as CEL sees it; version attributes arrive as these."""
+
+    __slots__ = ("version",)
+
+    def __init__(self, version: semver.Version) -> None:
+        self.version = version
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Semver) and other.version == self.version
+
+    def __hash__(self) -> int:
+        return hash(str(self.version))
+
+    def __repr__(self) -> str:
+        return f"semver({str(self.version)!r})"
+
+
+def _error(message: str) -> CELEvalError:
+    return CELEvalError(message, ValueError, (message,))
+
+
+def _compare(a: Any, b: Any) -> int | CELEvalError:
+    if isinstance(a, Quantity) and isinstance(b, Quantity):
+        return (a.nanos > b.nanos) - (a.nanos < b.nanos)
+    if isinstance(a, Semver) and isinstance(b, Semver):
+        return a.version.compare(b.version)
+    return _error(f"no such overload: compareTo({_type_name(a)}, {_type_name(b)})")
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, Quantity):
+        return "Quantity"
+    if isinstance(value, Semver):
+        return "Semver"
+    return type(value).__name__.removesuffix("Type").lower()
+
+
+def _compare_to(a: Any, b: Any) -> Any:
+    result = _compare(a, b)
+    return result if isinstance(result, CELEvalError) else celtypes.IntType(result)
+
+
+def _is_greater_than(a: Any, b: Any) -> Any:
+    result = _compare(a, b)
+    return result if isinstance(result, CELEvalError) else celtypes.BoolType(result > 0)
+
+
+def _is_less_than(a: Any, b: Any) -> Any:
+    result = _compare(a, b)
+    return result if isinstance(result, CELEvalError) else celtypes.BoolType(result < 0)
+
+
+# apimachinery's resource.ErrFormatWrong, which the CEL library returns for a bad quantity string.
+QUANTITY_FORMAT_ERROR = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+
+
+# -- quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) --
+
+
+def _quantity(text: Any) -> Any:
+    try:
+        return Quantity(str(text))
+    except q.QuantityError:
+        return _error(QUANTITY_FORMAT_ERROR)
+
+
+def _is_quantity(text: Any) -> Any:
+    try:
+        q.parse_nanos(str(text))
+    except q.QuantityError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+def _sign(value: Any) -> Any:
+    if not isinstance(value, Quantity):
+        return _error(f"no such overload: sign({_type_name(value)})")
+    return celtypes.IntType((value.nanos > 0) - (value.nanos < 0))
+
+
+def _is_integer(value: Any) -> Any:
+    if not isinstance(value, Quantity):
+        return _error(f"no such overload: isInteger({_type_name(value)})")
+    return celtypes.BoolType(value.nanos % q.NANO == 0 and abs(value.nanos // q.NANO) < 2**63)
+
+
+def _as_integer(value: Any) -> Any:
+    if not isinstance(value, Quantity):
+        return _error(f"no such overload: asInteger({_type_name(value)})")
+    if value.nanos % q.NANO or abs(value.nanos // q.NANO) >= 2**63:
+        return _error("cannot convert value to integer")
+    return celtypes.IntType(value.nanos // q.NANO)
+
+
+def _as_approximate_float(value: Any) -> Any:
+    if not isinstance(value, Quantity):
+        return _error(f"no such overload: asApproximateFloat({_type_name(value)})")
+    return celtypes.DoubleType(value.nanos / q.NANO)
+
+
+def _arith(sign: int) -> Callable[[Any, Any], Any]:
+    def apply(a: Any, b: Any) -> Any:
+        if not isinstance(a, Quantity):
+            return _error("no such overload: quantity arithmetic on a non-quantity")
+        if isinstance(b, Quantity):
+            return Quantity.from_nanos(a.nanos + sign * b.nanos)
+        if isinstance(b, int) and not isinstance(b, bool):
+            return Quantity.from_nanos(a.nanos + sign * int(b) * q.NANO)
+        return _error(f"no such overload: add/sub(Quantity, {_type_name(b)})")
+
+    return apply
+
+
+# -- semver library (k8s.io/apiserver/pkg/cel/library/semverlib.go) --
+
+
+def _normalize(text: str) -> str:
+    """semver(s, true): drop a leading v, add missing minor/patch, strip leading zeros."""
+    text = text.removeprefix("v")
+    split = len(text) - len(text.lstrip("0123456789."))
+    core, rest = text[:split], text[split:]
+    parts = core.split(".") if core else []
+    parts += ["0"] * (3 - len(parts))
+    parts = [(p.lstrip("0") or "0") if p.isdigit() else p for p in parts]
+    return ".".join(parts) + rest
+
+
+def _parse_semver(text: Any, normalize: Any = False) -> semver.Version | None:
+    raw = str(text)
+    if bool(normalize):
+        raw = _normalize(raw)
+    try:
+        return semver.Version.parse(raw)
+    except (ValueError, TypeError):
+        return None
+
+
+def _semver(text: Any, normalize: Any = False) -> Any:
+    version = _parse_semver(text, normalize)
+    if version is None:
+        return _error(f"could not parse {str(text)!r} as a semantic version")
+    return Semver(version)
+
+
+def _is_semver(text: Any, normalize: Any = False) -> Any:
+    return celtypes.BoolType(_parse_semver(text, normalize) is not None)
+
+
+def _part(name: str) -> Callable[[Any], Any]:
+    def get(value: Any) -> Any:
+        if not isinstance(value, Semver):
+            return _error(f"no such overload: {name}({_type_name(value)})")
+        return celtypes.IntType(getattr(value.version, name))
+
+    return get
+
+
+# -- strings extension (cel-go ext.Strings) and the Kubernetes lists and regex libraries --
+
+
+def _index_of(value: Any, item: Any, start: Any = 0) -> Any:
+    if isinstance(value, str):
+        if not isinstance(item, str):
+            return _error("no such overload: indexOf(string, non-string)")
+        if int(start) < 0 or int(start) > len(value):
+            return _error(f"index out of range: {int(start)}")
+        return celtypes.IntType(value.find(item, int(start)))
+    if isinstance(value, list):
+        return celtypes.IntType(next((i for i, v in enumerate(value) if v == item), -1))
+    return _error(f"no such overload: indexOf({_type_name(value)})")
+
+
+def _last_index_of(value: Any, item: Any) -> Any:
+    if isinstance(value, str):
+        return celtypes.IntType(value.rfind(item))
+    if isinstance(value, list):
+        return celtypes.IntType(max((i for i, v in enumerate(value) if v == item), default=-1))
+    return _error(f"no such overload: lastIndexOf({_type_name(value)})")
+
+
+def _char_at(value: Any, index: Any) -> Any:
+    i = int(index)
+    if i < 0 or i > len(value):
+        return _error(f"index out of range: {i}")
+    return celtypes.StringType(value[i] if i < len(value) else "")
+
+
+def _substring(value: Any, start: Any, end: Any = None) -> Any:
+    s, e = int(start), len(value) if end is None else int(end)
+    if s < 0 or e > len(value) or s > e:
+        return _error(f"index out of range: {s if s < 0 or s > len(value) else e}")
+    return celtypes.StringType(value[s:e])
+
+
+def _split(value: Any, separator: Any, limit: Any = -1) -> Any:
+    n = int(limit)
+    if n == 0:
+        return celtypes.ListType([])
+    parts = value.split(separator) if n < 0 else value.split(separator, n - 1)
+    return celtypes.ListType([celtypes.StringType(p) for p in parts])
+
+
+def _join(value: Any, separator: Any = "") -> Any:
+    return celtypes.StringType(str(separator).join(str(v) for v in value))
+
+
+def _replace(value: Any, old: Any, new: Any, limit: Any = -1) -> Any:
+    return celtypes.StringType(value.replace(old, new, int(limit)))
+
+
+def _is_sorted(value: Any) -> Any:
+    return celtypes.BoolType(all(a <= b for a, b in itertools.pairwise(value)))
+
+
+def _sum(value: Any) -> Any:
+    return sum(value[1:], value[0]) if value else celtypes.IntType(0)
+
+
+def _max(value: Any) -> Any:
+    return max(value) if value else _error("max of an empty list")
+
+
+def _find(value: Any, pattern: Any) -> Any:
+    match = re.search(str(pattern), str(value))
+    return celtypes.StringType(match.group(0) if match else "")
+
+
+def _find_all(value: Any, pattern: Any, limit: Any = -1) -> Any:
+    found = [m.group(0) for m in re.finditer(str(pattern), str(value))]
+    n = int(limit)
+    return celtypes.ListType([celtypes.StringType(f) for f in (found if n < 0 else found[:n])])
+
+
+KUBERNETES_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "quantity": _quantity,
+    "isQuantity": _is_quantity,
+    "sign": _sign,
+    "isInteger": _is_integer,
+    "asInteger": _as_integer,
+    "asApproximateFloat": _as_approximate_float,
+    "add": _arith(1),
+    "sub": _arith(-1),
+    "semver": _semver,
+    "isSemver": _is_semver,
+    "major": _part("major"),
+    "minor": _part("minor"),
+    "patch": _part("patch"),
+    "compareTo": _compare_to,
+    "isGreaterThan": _is_greater_than,
+    "isLessThan": _is_less_than,
+    "charAt": _char_at,
+    "indexOf": _index_of,
+    "lastIndexOf": _last_index_of,
+    "lowerAscii": lambda s: celtypes.StringType(str(s).lower()),
+    "upperAscii": lambda s: celtypes.StringType(str(s).upper()),
+    "replace": _replace,
+    "split": _split,
+    "substring": _substring,
+    "trim": lambda s: celtypes.StringType(str(s).strip()),
+    "join": _join,
+    "isSorted": _is_sorted,
+    "sum": _sum,
+    "max": _max,
+    "find": _find,
+    "findAll": _find_all,
+}
+KNOWN_FUNCTIONS = frozenset(KUBERNETES_FUNCTIONS) | frozenset(base_functions) | _MACROS
+
+
+# ---- the device, as the expression sees it -------------------------------------------------------
+
+
+class _DomainMap(celtypes.MapType):
+    """device.attributes / device.capacity: an unknown domain is an empty map, not an error."""
+
+    def __missing__(self, key: Any) -> Any:
+        return celtypes.MapType()
+
+
+def _attribute_value(value: Mapping[str, Any]) -> Any:
+    if "int" in value:
+        return celtypes.IntType(int(value["int"]))
+    if "bool" in value:
+        return celtypes.BoolType(bool(value["bool"]))
+    if "string" in value:
+        return celtypes.StringType(str(value["string"]))
+    if "version" in value:
+        parsed = _parse_semver(value["version"])
+        if parsed is None:
+            raise CelError(f"parse semantic version: {value['version']!r} is not a semantic version")
+        return Semver(parsed)
+    raise CelError("unsupported attribute value")
+
+
+def _split_name(name: str, driver: str) -> tuple[str, str]:
+    domain, _, ident = name.rpartition("/")
+    return (domain or driver), ident
+
+
+def device_activation(
+    driver: str, attributes: Mapping[str, Mapping[str, Any]], capacity: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The `device` variable for one device (v1 shapes: attributes {name: {int|bool|string|version}},
+    capacity {name: {value}}). Build it once per device and reuse it for every selector."""
+    attrs: dict[str, celtypes.MapType] = {}
+    for name, value in attributes.items():
+        domain, ident = _split_name(name, driver)
+        try:
+            attrs.setdefault(domain, celtypes.MapType())[celtypes.StringType(ident)] = _attribute_value(value)
+        except CelError as err:
+            raise CelError(f"attribute {name}: {err}") from None
+    caps: dict[str, celtypes.MapType] = {}
+    for name, value in capacity.items():
+        domain, ident = _split_name(name, driver)
+        # Quantity is a CEL value of its own (an opaque type with methods), which celpy's MapType accepts
+        # at run time but its annotations do not list.
+        caps.setdefault(domain, celtypes.MapType())[celtypes.StringType(ident)] = Quantity(  # type: ignore[assignment]
+            str(value.get("value"))
+        )
+    device = celtypes.MapType(
+        {
+            celtypes.StringType("driver"): celtypes.StringType(driver),
+            celtypes.StringType("attributes"): _DomainMap(
+                {celtypes.StringType(k): v for k, v in attrs.items()}
+            ),
+            celtypes.StringType("capacity"): _DomainMap({celtypes.StringType(k): v for k, v in caps.items()}),
+        }
+    )
+    return {"device": device}
+
+
+# ---- compiling and evaluating ------------------------------------------------------------------
+
+
+class _Evaluator(Evaluator):
+    """celpy's evaluator plus the `cel.bind(var, init, expr)` macro."""
+
+    def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
+        return _Evaluator(ast, activation=self.activation)
+
+    def member_dot_arg(self, tree: lark.Tree) -> Any:
+        member, method = tree.children[0], tree.children[1]
+        if getattr(method, "value", None) == "bind" and _ident_of(member) == "cel":
+            args = tree.children[2].children if len(tree.children) > 2 else []
+            name = _ident_of(args[0]) if len(args) == 3 else None
+            if name is None:
+                return _error("cel.bind() needs a variable name, a value and an expression")
+            value = self.visit(args[1])
+            if isinstance(value, CELEvalError):
+                return value
+            return self.sub_evaluator(args[2]).evaluate({name: value})
+        return super().member_dot_arg(tree)
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context: Any) -> Any:
+        return _Evaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
+_ENVIRONMENT = celpy.Environment(runner_class=_Runner)
+
+
+def _ident_of(tree: Any) -> str | None:
+    """The identifier an expression consists of, or None when it is anything else."""
+    node = tree
+    while isinstance(node, lark.Tree) and len(node.children) == 1 and node.data != "ident":
+        node = node.children[0]
+    if isinstance(node, lark.Tree) and node.data == "ident":
+        return str(node.children[0])
+    return None
+
+
+def _walk(tree: lark.Tree) -> Iterator[lark.Tree]:
+    yield tree
+    for child in tree.children:
+        if isinstance(child, lark.Tree):
+            yield from _walk(child)
+
+
+def _static_check(ast: lark.Tree) -> str | None:
+    """What the Kubernetes type checker would reject that celpy only finds when evaluating."""
+    bound = {"device"}
+    for node in _walk(ast):
+        if node.data == "member_dot_arg":
+            method = str(node.children[1])
+            args = node.children[2].children if len(node.children) > 2 else []
+            if (method in _BINDERS or (method == "bind" and _ident_of(node.children[0]) == "cel")) and args:
+                name = _ident_of(args[0])
+                if name:
+                    bound.add(name)
+    for node in _walk(ast):
+        if node.data == "member_dot_arg":
+            method = str(node.children[1])
+            if method == "bind" and _ident_of(node.children[0]) == "cel":
+                continue
+            if method not in KNOWN_FUNCTIONS:
+                return f"undeclared reference to '{method}'"
+        elif node.data == "ident_arg":
+            function = str(node.children[0])
+            if function not in KNOWN_FUNCTIONS:
+                return f"undeclared reference to '{function}'"
+        elif node.data == "ident":
+            name = str(node.children[0])
+            if name not in bound and name != "cel":
+                return f"undeclared reference to '{name}'"
+        elif node.data == "member_dot" and _ident_of(node.children[0]) == "device":
+            field = str(node.children[1])
+            if field not in DEVICE_FIELDS:
+                return f"undefined field '{field}'"
+    return None
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A compiled selector; `matches(activation)` evaluates it on one device."""
+
+    expression: str
+    _program: Any
+
+    def matches(self, activation: Mapping[str, Any]) -> bool:
+        """True/False, or CelError for an evaluation error or a non-bool result (allocation aborts)."""
+        try:
+            result = self._program.evaluate(dict(activation))
+        except CELEvalError as err:
+            raise CelError(_message(err)) from None
+        if isinstance(result, CELEvalError):
+            raise CelError(_message(result))
+        if not isinstance(result, celtypes.BoolType | bool):
+            raise CelError(f"CEL result of type {_type_name(result)} could not be converted to bool")
+        return bool(result)
+
+
+def _message(err: CELEvalError) -> str:
+    """cel-go's wording where celpy's differs ("no such key: minor")."""
+    first = err.args[0] if err.args else "evaluation error"
+    if first == "no such key" and len(err.args) > 2 and err.args[2]:
+        return f"no such key: {err.args[2][0]}"
+    if isinstance(first, str) and (m := re.fullmatch(r"no such member in mapping: '(.*)'", first)):
+        return f"no such key: {m.group(1)}"
+    if first == "modulus or divide by zero":
+        return "division by zero"
+    if isinstance(first, str) and first.startswith("undeclared reference") and "(in activation" in first:
+        return first.split(" (in activation")[0]
+    if len(err.args) > 2 and isinstance(err.args[2], tuple) and err.args[2] and err.args[1] is ValueError:
+        return str(err.args[2][0])
+    return str(first)
+
+
+def _syntax_error(expression: str, err: celpy.CELParseError) -> str:
+    """What the parser tripped on, from lark's exception under celpy's (which only draws a caret)."""
+    cause = err.__cause__ or err.__context__
+    token = getattr(cause, "token", None)
+    if isinstance(cause, lark.exceptions.UnexpectedToken) and token is not None:
+        if token.type == "$END" or not str(token):
+            return "unexpected end of input"
+        return f"mismatched input {str(token)!r}"
+    column = int(getattr(err, "column", 0) or 0)
+    lines = expression.splitlines() or [""]
+    line = lines[min(int(getattr(err, "line", 1) or 1), len(lines)) - 1]
+    if 0 < column <= len(line):
+        return f"token recognition error at: {line[column - 1]!r}"
+    return "invalid expression"
+
+
+@lru_cache(maxsize=1024)
+def compile_selector(expression: str) -> Selector:
+    """Compile once (cached, as the scheduler's CEL cache does); CelError("compilation failed: ...")."""
+    try:
+        ast = _ENVIRONMENT.compile(expression)
+    except celpy.CELParseError as err:
+        where = f"{err.line}:{err.column}" if getattr(err, "line", None) else "1:1"
+        raise CelError(
+            f"compilation failed: ERROR: <input>:{where}: Syntax error: {_syntax_error(expression, err)}"
+        ) from None
+    problem = _static_check(ast)
+    if problem:
+        raise CelError(f"compilation failed: ERROR: <input>: {problem}")
+    return Selector(expression, _ENVIRONMENT.program(ast, functions=KUBERNETES_FUNCTIONS))
+
+
+def compile_error(expression: str) -> str | None:
+    """The compile error of `expression`, or None when it compiles (for API validation and lint)."""
+    try:
+        compile_selector(expression)
+    except CelError as err:
+        return str(err)
+    return None
