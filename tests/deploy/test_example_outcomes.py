@@ -32,10 +32,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from kubegpu.common import quantity
 from kubegpu.demo.simnode import SimulatedNode
 from kubegpu.kubeletsim import Container as SimContainer
 from kubegpu.kubeletsim import Pod as SimPod
-from kubegpu.toolkit import quantity
 from kubegpu.toolkit.explain import explain
 from kubegpu.toolkit.manifests import Workload, parse_text
 from kubegpu.toolkit.model import Node, ObjectMeta, Pod, PodSpec, RuntimeClass

@@ -6,7 +6,8 @@ same for pods, `/apis/apps/v1/daemonsets` and `/apis/node.k8s.io/v1/runtimeclass
 `metadata.continue`. A request without the expected bearer token is refused with 401, so a test can tell
 which kubeconfig user (and so which context) the client used. Requests are recorded.
 
-(tests/fakeapi.py serves Nodes with watches for the config-manager; this one serves the four lists.)
+(kubegpu.apisim, the simulated API server, serves Nodes and the DRA kinds but no Pods, DaemonSets or
+RuntimeClasses, and takes any token; once it serves these lists, the kubectl-plugin tests can move to it.)
 """
 
 from __future__ import annotations
