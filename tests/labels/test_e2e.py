@@ -24,11 +24,16 @@ def command() -> list[str]:
     return [sys.executable, "-m", "kubegpu.labels"]
 
 
+# GFD's env vars without the GFD_ prefix, which a developer's shell may hold for other reasons
+UNPREFIXED = ("CONFIG_FILE", "MIG_STRATEGY", "USE_NODE_FEATURE_API", "NODE_NAME", "NAMESPACE", "POD_NAME")
+
+
 def environment(profile: str, **extra: str) -> dict[str, str]:
+    """The fake NVML node, writing the features.d file (--use-node-feature-api=false) unless `extra` says."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GFD_", "KUBEGPU_"))}
-    env.pop("CONFIG_FILE", None)
-    env.pop("MIG_STRATEGY", None)
-    return {**env, FAKE_ENV: profile, **extra}
+    for name in (*UNPREFIXED, "KUBECONFIG"):
+        env.pop(name, None)
+    return {**env, FAKE_ENV: profile, "GFD_USE_NODE_FEATURE_API": "false", **extra}
 
 
 @pytest.fixture

@@ -25,7 +25,13 @@ def test_defaults_are_gfds() -> None:
     assert s.sleep_interval == 60 * S
     assert s.output_file == DEFAULT_OUTPUT_FILE == "/etc/kubernetes/node-feature-discovery/features.d/gfd"
     assert s.machine_type_file == DEFAULT_MACHINE_TYPE_FILE == "/sys/class/dmi/id/product_name"
-    assert s.removes_output_on_exit
+    assert s.use_node_feature_api is True  # GFD's default since v0.19
+    assert s.device_discovery_strategy == "auto"
+    assert s.driver_root_ctr_path == "/driver-root"
+    assert (s.api.namespace, s.api.node_name, s.api.pod_name, s.api.kubeconfig) == ("default", "", "", "")
+    assert (s.api.qps, s.api.burst) == (5.0, 10)
+    assert not s.removes_output_on_exit  # the NodeFeature object stays, as GFD leaves it
+    assert s.warnings == ()
 
 
 @pytest.mark.parametrize(
@@ -169,10 +175,6 @@ def test_unparseable_values(cli: dict[str, str], env: dict[str, str], error: str
         ({"mig-strategy": "both"}, "unknown MIG strategy: both"),
         ({"sleep-interval": "-1s"}, "--sleep-interval -1s is not positive"),
         ({"sleep-interval": "0"}, "--sleep-interval 0s is not positive"),
-        (
-            {"use-node-feature-api": "true"},
-            "publishing labels through NFD's NodeFeature API .* not available in kubegpu yet",
-        ),
     ],
 )
 def test_validation(cli: dict[str, str], error: str) -> None:
@@ -195,7 +197,7 @@ def test_missing_config_file() -> None:
     ],
 )
 def test_when_the_file_is_removed_on_exit(cli: dict[str, str], removes: bool) -> None:
-    assert settings(cli=cli).removes_output_on_exit is removes
+    assert settings(cli={"use-node-feature-api": "false", **cli}).removes_output_on_exit is removes
 
 
 def test_describe_is_json_with_go_durations() -> None:
