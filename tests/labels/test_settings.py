@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,156 @@ def test_when_the_file_is_removed_on_exit(cli: dict[str, str], removes: bool) ->
 
 def test_describe_is_json_with_go_durations() -> None:
     assert '"sleepInterval": "1m30s"' in settings(cli={"sleep-interval": "90s"}).describe()
+
+
+# ----------------------------------------------------------- the NodeFeature API and GFD's other flags
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "file", "expected"),
+    [
+        ({}, {}, None, True),  # GFD's default since v0.19
+        ({}, {}, "flags: {useNodeFeatureAPI: false}", False),
+        ({}, {"USE_NODE_FEATURE_API": "true"}, "flags: {useNodeFeatureAPI: false}", True),  # env beats file
+        (
+            {},
+            {"GFD_USE_NODE_FEATURE_API": "false", "USE_NODE_FEATURE_API": "true"},
+            None,
+            False,
+        ),  # first wins
+        ({}, {"USE_NODE_FEATURE_API": ""}, None, False),  # urfave/cli: an empty bool env var is false
+        ({"use-node-feature-api": "false"}, {"USE_NODE_FEATURE_API": "true"}, None, False),  # CLI beats env
+    ],
+)
+def test_use_node_feature_api_precedence(
+    tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None, expected: bool
+) -> None:
+    if file is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(f"version: v1\n{file}\n")
+        cli = {**cli, "config-file": str(path)}
+    assert settings(cli=cli, env=env).use_node_feature_api is expected
+
+
+def test_node_and_client_settings_from_gfds_env_vars() -> None:
+    s = settings(
+        env={
+            "NODE_NAME": "gpu-node-7",
+            "NAMESPACE": "gpu-operator",
+            "POD_NAME": "gpu-feature-discovery-x7k2p",
+            "KUBECONFIG": "/etc/kubeconfig",
+            "KUBE_API_QPS": "2.5",
+            "KUBE_API_BURST": "4",
+        }
+    )
+    assert (s.api.node_name, s.api.namespace, s.api.pod_name) == (
+        "gpu-node-7",
+        "gpu-operator",
+        "gpu-feature-discovery-x7k2p",
+    )
+    assert (s.api.kubeconfig, s.api.qps, s.api.burst) == ("/etc/kubeconfig", 2.5, 4)
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "error"),
+    [
+        (
+            {},
+            {"KUBE_API_QPS": "fast"},
+            "could not parse 'fast' as float64 value from environment variable 'KUBE_API_QPS' for flag "
+            "kube-api-qps",
+        ),
+        ({"kube-api-burst": "-1"}, {}, "could not parse '-1' as int value from the command line"),
+    ],
+)
+def test_client_flag_errors(cli: dict[str, str], env: dict[str, str], error: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        given_flags(cli, env)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "nvml", "tegra", "vfio"])
+def test_nvidias_discovery_strategies_are_accepted(strategy: str) -> None:
+    s = settings(env={"DEVICE_DISCOVERY_STRATEGY": strategy})
+    assert s.device_discovery_strategy == strategy
+    noted = [w for w in s.warnings if "--device-discovery-strategy" in w]
+    assert len(noted) == (1 if strategy in ("tegra", "vfio") else 0)
+
+
+def test_what_kubegpu_does_for_tegra_is_said_once() -> None:
+    (warning,) = settings(cli={"device-discovery-strategy": "tegra"}).warnings
+    assert warning.startswith(
+        "--device-discovery-strategy=tegra asks for Tegra (Jetson, integrated GPUs) discovery through CUDA, "
+        "which kubegpu does not implement: it discovers GPUs through NVML as with nvml"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "file"),
+    [
+        ({"device-discovery-strategy": "magic"}, {}, None),
+        ({}, {"DEVICE_DISCOVERY_STRATEGY": "magic"}, None),
+        ({}, {}, "flags: {deviceDiscoveryStrategy: magic}"),
+    ],
+)
+def test_an_unknown_discovery_strategy_is_nvidias_error(
+    tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None
+) -> None:
+    if file is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(f"version: v1\n{file}\n")
+        cli = {**cli, "config-file": str(path)}
+    with pytest.raises(ConfigError) as caught:
+        settings(cli=cli, env=env)
+    assert str(caught.value) == "unable to validate flags: invalid --device-discovery-strategy option magic"
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "file", "expected"),
+    [
+        ({}, {}, None, "/driver-root"),
+        ({"driver-root-ctr-path": "/a"}, {"DRIVER_ROOT_CTR_PATH": "/c"}, None, "/a"),
+        ({}, {"CONTAINER_DRIVER_ROOT": "/b"}, None, "/b"),
+        ({}, {"DRIVER_ROOT_CTR_PATH": "/c", "CONTAINER_DRIVER_ROOT": "/b"}, None, "/c"),
+        ({}, {}, "flags: {plugin: {containerDriverRoot: /d}}", "/d"),
+    ],
+)
+def test_driver_root_ctr_path(
+    tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None, expected: str
+) -> None:
+    if file is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(f"version: v1\n{file}\n")
+        cli = {**cli, "config-file": str(path)}
+    assert settings(cli=cli, env=env).driver_root_ctr_path == expected
+
+
+def test_an_output_file_given_with_the_api_says_it_is_not_written() -> None:
+    (warning,) = settings(cli={"output-file": "/x/gfd"}).warnings
+    assert warning == (
+        "the labels go to this node's NodeFeature object (--use-node-feature-api, GFD's default), so the "
+        "output file /x/gfd is not written; set --use-node-feature-api=false (USE_NODE_FEATURE_API=false) "
+        "to write it"
+    )
+    assert settings(cli={"output-file": "/x/gfd", "use-node-feature-api": "false"}).warnings == ()
+
+
+def test_describe_shows_the_output_choice() -> None:
+    described = settings(env={"DEVICE_DISCOVERY_STRATEGY": "nvml"}).describe()
+    assert '"useNodeFeatureAPI": true' in described
+    assert '"deviceDiscoveryStrategy": "nvml"' in described
+
+
+def test_gfds_flag_spellings_on_the_command_line() -> None:
+    from kubegpu.labels.cli import labels
+
+    argv = [
+        "--container-driver-root",
+        "/a",
+        "--use-node-feature-api=false",
+        "--device-discovery-strategy=nvml",
+    ]
+    params = labels.make_context("labels", argv).params
+    assert params["driver_root_ctr_path"] == "/a"
+    assert (params["use_node_feature_api"], params["device_discovery_strategy"]) == ("false", "nvml")
+    bare = labels.make_context("labels", ["--use-node-feature-api"]).params  # a bare bool flag is true
+    assert bare["use_node_feature_api"] == "true"

@@ -146,16 +146,18 @@ class NodeFeatureOutput:
 
     def _publish(self, labels: Mapping[str, str]) -> None:
         owners = self._resolve_owners()
-        wanted = {
+        meta_labels = {NODE_NAME_LABEL: self.settings.node_name}
+        spec = node_feature_spec(labels)
+        wanted: dict[str, Any] = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
             "metadata": {
                 "name": self.name,
                 "namespace": self.settings.namespace,
-                "labels": {NODE_NAME_LABEL: self.settings.node_name},
+                "labels": meta_labels,
                 **({"ownerReferences": owners} if owners else {}),
             },
-            "spec": node_feature_spec(labels),
+            "spec": spec,
         }
         current = self._get()
         if current is None:
@@ -174,9 +176,9 @@ class NodeFeatureOutput:
             return
         # Replace what GFD owns, keep the rest (resourceVersion: a concurrent writer gets a 409, retried).
         updated = copy.deepcopy(current)
-        updated["metadata"]["labels"] = wanted["metadata"]["labels"]
+        updated["metadata"]["labels"] = meta_labels
         updated["metadata"]["ownerReferences"] = owners or None
-        updated["spec"] = wanted["spec"]
+        updated["spec"] = spec
         self._call(
             self.custom.replace_namespaced_custom_object,
             GROUP,
