@@ -208,6 +208,15 @@ def test_describe_is_json_with_go_durations() -> None:
 # ----------------------------------------------------------- the NodeFeature API and GFD's other flags
 
 
+def with_config_file(tmp_path: Path, cli: dict[str, str], flags: str | None) -> dict[str, str]:
+    """`cli` plus --config-file naming a v1 config with these flags (YAML), when there are some."""
+    if flags is None:
+        return cli
+    path = tmp_path / "c.yaml"
+    path.write_text(f"version: v1\n{flags}\n")
+    return {**cli, "config-file": str(path)}
+
+
 @pytest.mark.parametrize(
     ("cli", "env", "file", "expected"),
     [
@@ -227,10 +236,7 @@ def test_describe_is_json_with_go_durations() -> None:
 def test_use_node_feature_api_precedence(
     tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None, expected: bool
 ) -> None:
-    if file is not None:
-        path = tmp_path / "c.yaml"
-        path.write_text(f"version: v1\n{file}\n")
-        cli = {**cli, "config-file": str(path)}
+    cli = with_config_file(tmp_path, cli, file)
     assert settings(cli=cli, env=env).use_node_feature_api is expected
 
 
@@ -297,10 +303,7 @@ def test_what_kubegpu_does_for_tegra_is_said_once() -> None:
 def test_an_unknown_discovery_strategy_is_nvidias_error(
     tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None
 ) -> None:
-    if file is not None:
-        path = tmp_path / "c.yaml"
-        path.write_text(f"version: v1\n{file}\n")
-        cli = {**cli, "config-file": str(path)}
+    cli = with_config_file(tmp_path, cli, file)
     with pytest.raises(ConfigError) as caught:
         settings(cli=cli, env=env)
     assert str(caught.value) == "unable to validate flags: invalid --device-discovery-strategy option magic"
@@ -319,10 +322,7 @@ def test_an_unknown_discovery_strategy_is_nvidias_error(
 def test_driver_root_ctr_path(
     tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None, expected: str
 ) -> None:
-    if file is not None:
-        path = tmp_path / "c.yaml"
-        path.write_text(f"version: v1\n{file}\n")
-        cli = {**cli, "config-file": str(path)}
+    cli = with_config_file(tmp_path, cli, file)
     assert settings(cli=cli, env=env).driver_root_ctr_path == expected
 
 

@@ -1,8 +1,9 @@
 """The API server connection of `kubegpu labels`: GFD's Kubernetes client flags on the official client.
 
 `connect` builds an ApiClient from `--kubeconfig` (a path), or from the pod's service account when it is
-empty, as GFD does; `RateLimiter` is client-go's token bucket behind `--kube-api-qps` / `--kube-api-burst`.
-`describe_failure` turns what the client raises into one line: the cause, without urllib3's nesting.
+empty, as GFD does (`kubegpu.common.kubeclient`); `RateLimiter` is client-go's token bucket behind
+`--kube-api-qps` / `--kube-api-burst`; `describe_failure` turns what the client raises into one line: the
+cause, without urllib3's nesting.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.config.config_exception import ConfigException
 
+from kubegpu.common.kubeclient import KubeconfigError, load_configuration
 from kubegpu.settings.choices import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 
 # A connection that hangs (a dead node on the path, a black-holed route) must not stall the labeller for
@@ -30,22 +31,12 @@ class ConnectError(Exception):
 
 
 def connect(kubeconfig: str) -> client.ApiClient:
-    """An ApiClient for the kubeconfig at this path, or for the in-cluster config when it is empty.
-
-    Its own Configuration, not the client's process-wide default; and no urllib3 retries underneath: the
-    labelling loop retries with back-off and logs each failure once.
-    """
-    configuration = client.Configuration()
+    """An ApiClient for the kubeconfig at this path, or for the in-cluster config when it is empty."""
     try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        else:
-            config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, TypeError) as err:
+        return client.ApiClient(load_configuration(kubeconfig))
+    except KubeconfigError as err:
         kind = "out-of-cluster" if kubeconfig else "in-cluster"  # GFD's words
         raise ConnectError(f"create {kind} client configuration: {err}") from err
-    configuration.retries = 0
-    return client.ApiClient(configuration)
 
 
 def host_of(api_client: client.ApiClient) -> str:
