@@ -369,7 +369,8 @@ def test_no_in_cluster_config(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(OutputError) as caught:
         open_node_feature_output(ApiSettings(node_name=NODE, kubeconfig=""))
     assert str(caught.value).startswith(
-        "failed to create clientsets: create in-cluster client configuration: Service host/port is not set.; "
+        "failed to create clientsets: create client configuration: create in-cluster client configuration: "
+        "Service host/port is not set.; "
         "run in a pod with a service account token, or set --kubeconfig (KUBECONFIG)"
     )
 

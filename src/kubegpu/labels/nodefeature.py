@@ -303,8 +303,8 @@ def open_node_feature_output(settings: ApiSettings) -> NodeFeatureOutput:
         api_client = connect(settings.kubeconfig)
     except ConnectError as err:
         raise OutputError(
-            f"failed to create clientsets: {err}; run in a pod with a service account token, or set "
-            f"--kubeconfig (KUBECONFIG), {_FIX_OUTPUT}",
+            f"failed to create clientsets: create client configuration: {err}; run in a pod with a service "
+            f"account token, or set --kubeconfig (KUBECONFIG), {_FIX_OUTPUT}",
             fatal=True,
         ) from err
     return NodeFeatureOutput(
