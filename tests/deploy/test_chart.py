@@ -313,20 +313,28 @@ def test_a_config_map_brings_config_manager_rbac_and_the_mps_daemon() -> None:
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
     assert kinds == [
         ("ClusterRole", "kubegpu-role"),
+        ("ClusterRoleBinding", "kubegpu-labels"),  # the labels pods' config-manager reads Nodes too
         ("ClusterRoleBinding", "kubegpu-role-binding"),
         ("ConfigMap", "kubegpu-configs"),
         ("DaemonSet", "kubegpu-device-plugin"),
         ("DaemonSet", "kubegpu-labels"),
         ("DaemonSet", "kubegpu-mps-control-daemon"),
+        ("Role", "kubegpu-labels"),  # NodeFeatures (gfd.useNodeFeatureAPI)
+        ("RoleBinding", "kubegpu-labels"),
+        ("ServiceAccount", "kubegpu-labels"),
         ("ServiceAccount", "kubegpu-service-account"),
     ]
+    subjects = by_kind(objs, "ClusterRoleBinding")["kubegpu-labels"]["subjects"]
+    assert subjects == [{"kind": "ServiceAccount", "name": "kubegpu-labels", "namespace": "kubegpu"}]
+    assert by_kind(objs, "ClusterRoleBinding")["kubegpu-labels"]["roleRef"]["name"] == "kubegpu-role"
     configmap = by_kind(objs, "ConfigMap")["kubegpu-configs"]
     assert configmap["data"] == {
         name.removeprefix("config.map."): p.read_text() for name, p in CONFIG_FILES.items()
     }
     for name, ds in by_kind(objs, "DaemonSet").items():
         spec = ds["spec"]["template"]["spec"]
-        assert spec["serviceAccountName"] == "kubegpu-service-account", name
+        own = "kubegpu-labels" if name == "kubegpu-labels" else "kubegpu-service-account"
+        assert spec["serviceAccountName"] == own, name
         init = [c for c in spec["initContainers"] if c["command"][1:] == ["config-manager"]]
         sidecars = [c for c in spec["containers"] if c["command"][1:] == ["config-manager"]]
         assert len(init) == len(sidecars) == 1, name

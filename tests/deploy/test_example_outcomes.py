@@ -182,6 +182,8 @@ def gfd_labels(profile: str, config: Path) -> dict[str, str]:
             "-",
             "--no-timestamp",
             "true",
+            "--use-node-feature-api",
+            "false",  # the labels on stdout, as NFD's features.d file would carry them
             "--config-file",
             str(config),
         ],

@@ -22,6 +22,11 @@ from kubegpu.settings.nvidia_config import ConfigError
 MS = 1_000_000
 
 
+def file_settings(**kw: Any) -> LabelSettings:
+    """Settings that write the features.d file (or stdout), as --use-node-feature-api=false does."""
+    return LabelSettings(use_node_feature_api=False, **kw)
+
+
 class Script:
     """A waiter that answers from a list (None = the interval passed) and records the timeouts asked for."""
 
@@ -79,14 +84,14 @@ def out(tmp_path: Path) -> Path:
 
 def test_oneshot_writes_once_and_keeps_the_file(out: Path) -> None:
     waiter, labeller = Script(), Labeller()
-    assert run(LabelSettings(oneshot=True, output_file=str(out)), waiter, labeller) == 0
+    assert run(file_settings(oneshot=True, output_file=str(out)), waiter, labeller) == 0
     assert out.read_text() == "nvidia.com/mig.strategy=none\nnvidia.com/pass=1\n"
     assert waiter.timeouts == []
 
 
 def test_interval_relabels_until_sigterm_then_removes_the_file(out: Path) -> None:
     waiter, labeller = Script(None, None, signal.SIGTERM), Labeller()
-    settings = LabelSettings(sleep_interval=250 * MS, output_file=str(out))
+    settings = file_settings(sleep_interval=250 * MS, output_file=str(out))
     assert run(settings, waiter, labeller) == 0
     assert waiter.timeouts == [0.25, 0.25, 0.25]
     assert labeller.calls == [1000, 1000, 1000]  # the timestamp is taken once per config load
@@ -96,20 +101,20 @@ def test_interval_relabels_until_sigterm_then_removes_the_file(out: Path) -> Non
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGQUIT])
 def test_other_stop_signals(out: Path, stop: signal.Signals) -> None:
-    assert run(LabelSettings(output_file=str(out)), Script(stop), Labeller()) == 0
+    assert run(file_settings(output_file=str(out)), Script(stop), Labeller()) == 0
     assert not out.exists()
 
 
 def test_infinite_labels_once_waits_forever_and_keeps_the_file(out: Path) -> None:
     waiter = Script(signal.SIGTERM)
-    assert run(LabelSettings(sleep_interval=INFINITE, output_file=str(out)), waiter, Labeller()) == 0
+    assert run(file_settings(sleep_interval=INFINITE, output_file=str(out)), waiter, Labeller()) == 0
     assert waiter.timeouts == [None]
     assert out.exists()
 
 
 def test_sighup_reloads_without_removing_the_file(out: Path) -> None:
     seen: list[bool] = []
-    first = LabelSettings(output_file=str(out))
+    first = file_settings(output_file=str(out))
     second = dataclasses.replace(first, mig_strategy="mixed")
     loads = [first, second]
 
@@ -129,14 +134,14 @@ def test_sighup_reloads_without_removing_the_file(out: Path) -> None:
 
 def test_reload_to_another_file_removes_the_old_one(tmp_path: Path) -> None:
     old, new = tmp_path / "old", tmp_path / "new"
-    settings = [LabelSettings(output_file=str(old)), LabelSettings(oneshot=True, output_file=str(new))]
+    settings = [file_settings(output_file=str(old)), file_settings(oneshot=True, output_file=str(new))]
     assert run(settings, Script(signal.SIGHUP), Labeller()) == 0
     assert not old.exists()
     assert new.read_text() == "nvidia.com/mig.strategy=none\nnvidia.com/pass=2\n"
 
 
 def test_reload_with_a_broken_config_exits_1_and_removes_the_file(out: Path) -> None:
-    settings: list[Any] = [LabelSettings(output_file=str(out)), ConfigError("unknown version: v2")]
+    settings: list[Any] = [file_settings(output_file=str(out)), ConfigError("unknown version: v2")]
     assert run(settings, Script(signal.SIGHUP), Labeller()) == 1
     assert not out.exists()
 
@@ -148,7 +153,7 @@ def test_config_error_at_start_exits_1(out: Path) -> None:
 
 def test_label_error_exits_1_and_removes_the_file(out: Path) -> None:
     labeller = Labeller(fail_on=2)
-    assert run(LabelSettings(output_file=str(out)), Script(None), labeller) == 1
+    assert run(file_settings(output_file=str(out)), Script(None), labeller) == 1
     assert len(labeller.calls) == 2
     assert not out.exists()
 
@@ -172,7 +177,7 @@ def test_failed_write_is_retried_at_the_next_interval(
             seen.append(out.exists())
             return super().wait(timeout_s)
 
-    settings = LabelSettings(sleep_interval=10 * MS, output_file=str(out))
+    settings = file_settings(sleep_interval=10 * MS, output_file=str(out))
     assert run(settings, Watch(None, signal.SIGTERM), Labeller()) == 0
     assert seen == [False, True]  # the first pass could not write, the second did
     assert "No space left on device (ENOSPC); the filesystem is full" in caplog.text
@@ -182,12 +187,12 @@ def test_failed_write_is_retried_at_the_next_interval(
 def test_failed_write_in_oneshot_exits_1(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    settings = LabelSettings(oneshot=True, output_file=str(blocker / "gfd"))
+    settings = file_settings(oneshot=True, output_file=str(blocker / "gfd"))
     assert run(settings, Script(), Labeller()) == 1
 
 
 def test_stdout_mode(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
-    assert run(LabelSettings(oneshot=True, output_file=""), Script(), Labeller()) == 0
+    assert run(file_settings(oneshot=True, output_file=""), Script(), Labeller()) == 0
     assert capsysbinary.readouterr().out == b"nvidia.com/mig.strategy=none\nnvidia.com/pass=1\n"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,13 @@ def test_defaults_are_gfds() -> None:
     assert s.sleep_interval == 60 * S
     assert s.output_file == DEFAULT_OUTPUT_FILE == "/etc/kubernetes/node-feature-discovery/features.d/gfd"
     assert s.machine_type_file == DEFAULT_MACHINE_TYPE_FILE == "/sys/class/dmi/id/product_name"
-    assert s.removes_output_on_exit
+    assert s.use_node_feature_api is True  # GFD's default since v0.19
+    assert s.device_discovery_strategy == "auto"
+    assert s.driver_root_ctr_path == "/driver-root"
+    assert (s.api.namespace, s.api.node_name, s.api.pod_name, s.api.kubeconfig) == ("default", "", "", "")
+    assert (s.api.qps, s.api.burst) == (5.0, 10)
+    assert not s.removes_output_on_exit  # the NodeFeature object stays, as GFD leaves it
+    assert s.warnings == ()
 
 
 @pytest.mark.parametrize(
@@ -169,10 +176,6 @@ def test_unparseable_values(cli: dict[str, str], env: dict[str, str], error: str
         ({"mig-strategy": "both"}, "unknown MIG strategy: both"),
         ({"sleep-interval": "-1s"}, "--sleep-interval -1s is not positive"),
         ({"sleep-interval": "0"}, "--sleep-interval 0s is not positive"),
-        (
-            {"use-node-feature-api": "true"},
-            "publishing labels through NFD's NodeFeature API .* not available in kubegpu yet",
-        ),
     ],
 )
 def test_validation(cli: dict[str, str], error: str) -> None:
@@ -195,8 +198,161 @@ def test_missing_config_file() -> None:
     ],
 )
 def test_when_the_file_is_removed_on_exit(cli: dict[str, str], removes: bool) -> None:
-    assert settings(cli=cli).removes_output_on_exit is removes
+    assert settings(cli={"use-node-feature-api": "false", **cli}).removes_output_on_exit is removes
 
 
 def test_describe_is_json_with_go_durations() -> None:
     assert '"sleepInterval": "1m30s"' in settings(cli={"sleep-interval": "90s"}).describe()
+
+
+# ----------------------------------------------------------- the NodeFeature API and GFD's other flags
+
+
+def with_config_file(tmp_path: Path, cli: dict[str, str], flags: str | None) -> dict[str, str]:
+    """`cli` plus --config-file naming a v1 config with these flags (YAML), when there are some."""
+    if flags is None:
+        return cli
+    path = tmp_path / "c.yaml"
+    path.write_text(f"version: v1\n{flags}\n")
+    return {**cli, "config-file": str(path)}
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "file", "expected"),
+    [
+        ({}, {}, None, True),  # GFD's default since v0.19
+        ({}, {}, "flags: {useNodeFeatureAPI: false}", False),
+        ({}, {"USE_NODE_FEATURE_API": "true"}, "flags: {useNodeFeatureAPI: false}", True),  # env beats file
+        (
+            {},
+            {"GFD_USE_NODE_FEATURE_API": "false", "USE_NODE_FEATURE_API": "true"},
+            None,
+            False,
+        ),  # first wins
+        ({}, {"USE_NODE_FEATURE_API": ""}, None, False),  # urfave/cli: an empty bool env var is false
+        ({"use-node-feature-api": "false"}, {"USE_NODE_FEATURE_API": "true"}, None, False),  # CLI beats env
+    ],
+)
+def test_use_node_feature_api_precedence(
+    tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None, expected: bool
+) -> None:
+    cli = with_config_file(tmp_path, cli, file)
+    assert settings(cli=cli, env=env).use_node_feature_api is expected
+
+
+def test_node_and_client_settings_from_gfds_env_vars() -> None:
+    s = settings(
+        env={
+            "NODE_NAME": "gpu-node-7",
+            "NAMESPACE": "gpu-operator",
+            "POD_NAME": "gpu-feature-discovery-x7k2p",
+            "KUBECONFIG": "/etc/kubeconfig",
+            "KUBE_API_QPS": "2.5",
+            "KUBE_API_BURST": "4",
+        }
+    )
+    assert (s.api.node_name, s.api.namespace, s.api.pod_name) == (
+        "gpu-node-7",
+        "gpu-operator",
+        "gpu-feature-discovery-x7k2p",
+    )
+    assert (s.api.kubeconfig, s.api.qps, s.api.burst) == ("/etc/kubeconfig", 2.5, 4)
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "error"),
+    [
+        (
+            {},
+            {"KUBE_API_QPS": "fast"},
+            "could not parse 'fast' as float64 value from environment variable 'KUBE_API_QPS' for flag "
+            "kube-api-qps",
+        ),
+        ({"kube-api-burst": "-1"}, {}, "could not parse '-1' as int value from the command line"),
+    ],
+)
+def test_client_flag_errors(cli: dict[str, str], env: dict[str, str], error: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        given_flags(cli, env)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "nvml", "tegra", "vfio"])
+def test_nvidias_discovery_strategies_are_accepted(strategy: str) -> None:
+    s = settings(env={"DEVICE_DISCOVERY_STRATEGY": strategy})
+    assert s.device_discovery_strategy == strategy
+    noted = [w for w in s.warnings if "--device-discovery-strategy" in w]
+    assert len(noted) == (1 if strategy in ("tegra", "vfio") else 0)
+
+
+def test_what_kubegpu_does_for_tegra_is_said_once() -> None:
+    (warning,) = settings(cli={"device-discovery-strategy": "tegra"}).warnings
+    assert warning.startswith(
+        "--device-discovery-strategy=tegra asks for Tegra (Jetson, integrated GPUs) discovery through CUDA, "
+        "which kubegpu does not implement: it discovers GPUs through NVML as with nvml"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "file"),
+    [
+        ({"device-discovery-strategy": "magic"}, {}, None),
+        ({}, {"DEVICE_DISCOVERY_STRATEGY": "magic"}, None),
+        ({}, {}, "flags: {deviceDiscoveryStrategy: magic}"),
+    ],
+)
+def test_an_unknown_discovery_strategy_is_nvidias_error(
+    tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None
+) -> None:
+    cli = with_config_file(tmp_path, cli, file)
+    with pytest.raises(ConfigError) as caught:
+        settings(cli=cli, env=env)
+    assert str(caught.value) == "unable to validate flags: invalid --device-discovery-strategy option magic"
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "file", "expected"),
+    [
+        ({}, {}, None, "/driver-root"),
+        ({"driver-root-ctr-path": "/a"}, {"DRIVER_ROOT_CTR_PATH": "/c"}, None, "/a"),
+        ({}, {"CONTAINER_DRIVER_ROOT": "/b"}, None, "/b"),
+        ({}, {"DRIVER_ROOT_CTR_PATH": "/c", "CONTAINER_DRIVER_ROOT": "/b"}, None, "/c"),
+        ({}, {}, "flags: {plugin: {containerDriverRoot: /d}}", "/d"),
+    ],
+)
+def test_driver_root_ctr_path(
+    tmp_path: Path, cli: dict[str, str], env: dict[str, str], file: str | None, expected: str
+) -> None:
+    cli = with_config_file(tmp_path, cli, file)
+    assert settings(cli=cli, env=env).driver_root_ctr_path == expected
+
+
+def test_an_output_file_given_with_the_api_says_it_is_not_written() -> None:
+    (warning,) = settings(cli={"output-file": "/x/gfd"}).warnings
+    assert warning == (
+        "the labels go to this node's NodeFeature object (--use-node-feature-api, GFD's default), so the "
+        "output file /x/gfd is not written; set --use-node-feature-api=false (USE_NODE_FEATURE_API=false) "
+        "to write it"
+    )
+    assert settings(cli={"output-file": "/x/gfd", "use-node-feature-api": "false"}).warnings == ()
+
+
+def test_describe_shows_the_output_choice() -> None:
+    described = settings(env={"DEVICE_DISCOVERY_STRATEGY": "nvml"}).describe()
+    assert '"useNodeFeatureAPI": true' in described
+    assert '"deviceDiscoveryStrategy": "nvml"' in described
+
+
+def test_gfds_flag_spellings_on_the_command_line() -> None:
+    from kubegpu.labels.cli import labels
+
+    argv = [
+        "--container-driver-root",
+        "/a",
+        "--use-node-feature-api=false",
+        "--device-discovery-strategy=nvml",
+    ]
+    params = labels.make_context("labels", argv).params
+    assert params["driver_root_ctr_path"] == "/a"
+    assert (params["use_node_feature_api"], params["device_discovery_strategy"]) == ("false", "nvml")
+    bare = labels.make_context("labels", ["--use-node-feature-api"]).params  # a bare bool flag is true
+    assert bare["use_node_feature_api"] == "true"

@@ -20,6 +20,7 @@ from kubegpu.settings.values import help_text
 _METAVARS = {
     "bool": "BOOLEAN",
     "int": "INTEGER",
+    "float": "FLOAT",
     "seconds": "SECONDS",
     "duration": "DURATION",
     "path": "PATH",

@@ -16,11 +16,11 @@ from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from kubegpu.common.backoff import Backoff
+from kubegpu.common.kubeclient import KubeconfigError, load_configuration
 from kubegpu.configmanager.errors import ConfigManagerError
 
 log = logging.getLogger("kubegpu.configmanager")
@@ -34,16 +34,10 @@ def connect(kubeconfig: str) -> Any:
     Its own Configuration object, not the client's process-wide default, so that several clients (tests)
     can coexist.
     """
-    configuration = client.Configuration()
     try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        else:
-            config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, TypeError) as err:
+        configuration = load_configuration(kubeconfig)
+    except KubeconfigError as err:
         raise ConfigManagerError(f"error building kubernetes clientcmd config: {err}") from err
-    # No silent urllib3 retries underneath: the watcher retries with back-off and logs each failure once.
-    configuration.retries = 0
     return client.CoreV1Api(client.ApiClient(configuration))
 
 

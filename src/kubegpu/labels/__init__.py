@@ -6,6 +6,7 @@ Modules, each with one job:
 - `facts` / `vgpu`: what the labels need beyond the Inventory (MIG attributes, PCI class, fabric, vGPU);
 - `naming`, `resources`, `compute`: the label rules themselves, pure functions of inventory and facts;
 - `node`: one labelling pass (NVML session, discovery, facts, labels);
+- `nodefeature` (with `kubeapi`): the node's NodeFeature object through the API server, GFD's default;
 - `output`: the features.d file (atomic) or stdout;
 - `loop`: oneshot / interval / infinite, signals; `cli`: the `kubegpu labels` command.
 """

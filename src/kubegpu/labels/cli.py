@@ -27,10 +27,12 @@ log = logging.getLogger("kubegpu.labels")
 def labels(verbose: bool, **params: Any) -> None:
     """Label this node as NVIDIA's GPU Feature Discovery does (nvidia.com/gpu.product, gpu.count, ...).
 
-    Writes the labels to NFD's features.d file (or stdout), once or every --sleep-interval, and removes
-    the file on exit. SIGHUP reloads the config file. Flags, env vars and the config file are GFD's
-    (k8s-device-plugin v0.20): a flag beats its env var, which beats the config file, which beats the
-    default.
+    Publishes the labels as this node's NodeFeature object (nfd.k8s-sigs.io/v1alpha1
+    nvidia-features-for-<node> in --namespace, needing NODE_NAME), which Node Feature Discovery turns into
+    node labels; with --use-node-feature-api=false, writes NFD's features.d file (or stdout) instead and
+    removes it on exit. Once (--oneshot) or every --sleep-interval; SIGHUP reloads the config file. Flags,
+    env vars and the config file are GFD's (k8s-device-plugin v0.20): a flag beats its env var, which beats
+    the config file, which beats the default.
     """
     setup_logging(verbose)
     try:

@@ -1,4 +1,5 @@
-"""Where labels go: NFD's features.d file (written atomically) or stdout.
+"""Where labels go with --use-node-feature-api=false: NFD's features.d file (written atomically) or stdout.
+(The NodeFeature object, GFD's default output, is `nodefeature.py`.)
 
 The file holds one `key=value` line per label, sorted by key (GFD writes Go map order, i.e. any order;
 NFD does not care). It is written as GFD does: into a temporary file in a `gfd-tmp` directory next to it,
@@ -29,7 +30,17 @@ STDOUT = ""  # GFD's spelling of "print the labels"; "-" is accepted for it too
 
 
 class OutputError(Exception):
-    """Labels could not be written. The message names the file, the cause and what to do about it."""
+    """Labels could not be written. The message names the target, the cause and what to do about it.
+
+    `transient`: likely to pass by itself (the API server restarting, a lost connection), so worth retrying
+    soon, with back-off. `fatal`: a setup problem no retry fixes (no CRD, no permission), so the labeller
+    exits, as GFD does on any output error. Neither: retried at the next interval (a full disk).
+    """
+
+    def __init__(self, message: str, *, transient: bool = False, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.fatal = fatal
 
 
 def format_labels(labels: Mapping[str, str]) -> bytes:

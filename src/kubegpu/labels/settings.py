@@ -16,10 +16,17 @@ from typing import Any
 
 from kubegpu.labels.sharing import SharingSettings, sharing_from_config
 from kubegpu.settings.choices import (
+    AUTO_DISCOVERY,
+    DEFAULT_CONTAINER_DRIVER_ROOT,
+    DEFAULT_GFD_NAMESPACE,
     DEFAULT_GFD_OUTPUT_FILE,
+    DEFAULT_KUBE_API_BURST,
+    DEFAULT_KUBE_API_QPS,
     DEFAULT_MACHINE_TYPE_FILE,
     DEFAULT_SLEEP_INTERVAL,
+    GFD_DEVICE_DISCOVERY_STRATEGIES,
     MIG_STRATEGIES,
+    discovery_strategy_note,
 )
 from kubegpu.settings.given import CliValue, FlagValue, read_given
 from kubegpu.settings.goduration import INFINITE, format_go_duration, parse_sleep_interval
@@ -77,7 +84,21 @@ def _from_file(config: Config) -> dict[str, Any]:
         "output-file": gfd.outputFile,
         "machine-type-file": gfd.machineTypeFile,
         "use-node-feature-api": flags.useNodeFeatureAPI,
+        "device-discovery-strategy": flags.deviceDiscoveryStrategy,
+        "driver-root-ctr-path": flags.plugin.containerDriverRoot if flags.plugin else None,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """Where and how the NodeFeature object is written: GFD's node and Kubernetes client flags."""
+
+    node_name: str = ""
+    namespace: str = DEFAULT_GFD_NAMESPACE
+    pod_name: str = ""  # "": no owner references
+    kubeconfig: str = ""  # "": the in-cluster config
+    qps: float = DEFAULT_KUBE_API_QPS
+    burst: int = DEFAULT_KUBE_API_BURST
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +113,10 @@ class LabelSettings:
     output_file: str = DEFAULT_GFD_OUTPUT_FILE  # "" = stdout
     machine_type_file: str = DEFAULT_MACHINE_TYPE_FILE
     config_file: str = ""
+    use_node_feature_api: bool = True  # GFD's default since v0.19
+    device_discovery_strategy: str = AUTO_DISCOVERY
+    driver_root_ctr_path: str = DEFAULT_CONTAINER_DRIVER_ROOT
+    api: ApiSettings = field(default_factory=ApiSettings)
     sharing: SharingSettings = field(default_factory=SharingSettings)
     warnings: tuple[str, ...] = ()
 
@@ -101,8 +126,15 @@ class LabelSettings:
 
     @property
     def removes_output_on_exit(self) -> bool:
-        """GFD deletes its file when it stops, so no stale labels outlive it; not in oneshot/infinite mode."""
-        return not self.oneshot and not self.infinite and self.output_file != ""
+        """GFD deletes its file when it stops, so no stale labels outlive it; not in oneshot/infinite mode,
+        and there is no file with the NodeFeature API (the object stays: its owner references and NFD's
+        garbage collector remove it with the DaemonSet or the node)."""
+        return (
+            not self.use_node_feature_api
+            and not self.oneshot
+            and not self.infinite
+            and self.output_file != ""
+        )
 
     def describe(self) -> str:
         """The settings as GFD logs its merged config ("Running with config:")."""
@@ -111,6 +143,9 @@ class LabelSettings:
                 "flags": {
                     "migStrategy": self.mig_strategy,
                     "failOnInitError": self.fail_on_init_error,
+                    "useNodeFeatureAPI": self.use_node_feature_api,
+                    "deviceDiscoveryStrategy": self.device_discovery_strategy,
+                    "plugin": {"containerDriverRoot": self.driver_root_ctr_path},
                     "gfd": {
                         "oneshot": self.oneshot,
                         "noTimestamp": self.no_timestamp,
@@ -147,6 +182,11 @@ def resolve_settings(given: Mapping[str, FlagValue]) -> LabelSettings:
             values[setting.name] = setting.default
     warnings = warnings + apply_nvidia_restrictions(config, values["allow-resource-customization"])
     problems = []
+    strategy = values["device-discovery-strategy"]
+    if strategy not in GFD_DEVICE_DISCOVERY_STRATEGIES:
+        problems.append(f"invalid --device-discovery-strategy option {strategy}")  # NVIDIA's text
+    elif note := discovery_strategy_note(strategy):
+        warnings.append(note)
     if values["mig-strategy"] not in MIG_STRATEGIES:
         problems.append(f"unknown MIG strategy: {values['mig-strategy']} (use none, single or mixed)")
     if values["sleep-interval"] <= 0:
@@ -155,15 +195,18 @@ def resolve_settings(given: Mapping[str, FlagValue]) -> LabelSettings:
             f"--sleep-interval {format_go_duration(values['sleep-interval'])} is not positive; "
             "use a duration such as 60s, or infinite"
         )
-    if values["use-node-feature-api"]:
-        problems.append(
-            "publishing labels through NFD's NodeFeature API (--use-node-feature-api, USE_NODE_FEATURE_API, "
-            "flags.useNodeFeatureAPI) is not available in kubegpu yet; set it to false to write the "
-            "features.d file, which NFD's worker reads"
-        )
     if problems:
         raise ConfigError("unable to validate flags: " + "; ".join(problems))
     output_file = values["output-file"]
+    explicit_output = given.get("output-file")
+    if values["use-node-feature-api"] and (
+        (explicit_output is not None and explicit_output.explicit) or in_file["output-file"] is not None
+    ):
+        warnings.append(
+            f"the labels go to this node's NodeFeature object (--use-node-feature-api, GFD's default), so "
+            f"the output file {output_file or '(stdout)'} is not written; set --use-node-feature-api=false "
+            "(USE_NODE_FEATURE_API=false) to write it"
+        )
     return LabelSettings(
         mig_strategy=values["mig-strategy"],
         fail_on_init_error=values["fail-on-init-error"],
@@ -173,6 +216,17 @@ def resolve_settings(given: Mapping[str, FlagValue]) -> LabelSettings:
         output_file="" if output_file == "-" else output_file,
         machine_type_file=values["machine-type-file"],
         config_file=config_file,
+        use_node_feature_api=values["use-node-feature-api"],
+        device_discovery_strategy=strategy,
+        driver_root_ctr_path=values["driver-root-ctr-path"],
+        api=ApiSettings(
+            node_name=values["node-name"],
+            namespace=values["namespace"],
+            pod_name=values["pod-name"],
+            kubeconfig=values["kubeconfig"],
+            qps=float(values["kube-api-qps"]),
+            burst=int(values["kube-api-burst"]),
+        ),
         sharing=sharing_from_config(config),
         warnings=tuple(warnings),
     )

@@ -38,3 +38,34 @@ MPS_CONTAINER_ROOT = "/mps"
 # kubegpu's paths
 DEFAULT_CDI_ROOT = "/var/run/cdi"
 DEFAULT_SYSFS_ROOT = "/sys"
+
+# --device-discovery-strategy. The plugin accepts the first three, GFD also `vfio`. kubegpu discovers GPUs
+# through NVML only: `auto` and `nvml` mean NVML; the others are accepted (a DaemonSet moved over from NVIDIA
+# keeps starting) and `discovery_strategy_note` says once what kubegpu does instead.
+AUTO_DISCOVERY = "auto"
+DEVICE_DISCOVERY_STRATEGIES = (AUTO_DISCOVERY, "nvml", "tegra")
+GFD_DEVICE_DISCOVERY_STRATEGIES = (*DEVICE_DISCOVERY_STRATEGIES, "vfio")
+_NOT_NVML = {
+    "tegra": "Tegra (Jetson, integrated GPUs) discovery through CUDA",
+    "vfio": "discovery of GPUs bound to vfio-pci for passthrough (from sysfs)",
+}
+
+
+def discovery_strategy_note(strategy: str) -> str | None:
+    """What kubegpu does for a --device-discovery-strategy NVIDIA accepts but kubegpu does not implement;
+    None for `auto` and `nvml` (NVML, as NVIDIA's `auto` on a node with NVML)."""
+    what = _NOT_NVML.get(strategy)
+    if what is None:
+        return None
+    return (
+        f"--device-discovery-strategy={strategy} asks for {what}, which kubegpu does not implement: it "
+        "discovers GPUs through NVML as with nvml, so GPUs NVML does not see get no labels; use auto or nvml "
+        "to silence this"
+    )
+
+
+# GFD's Kubernetes client flags (NodeFeature API output). A QPS of 0 and a burst of 0 mean client-go's
+# defaults (these), a negative QPS no rate limit, as in client-go.
+DEFAULT_GFD_NAMESPACE = "default"
+DEFAULT_KUBE_API_QPS = 5.0
+DEFAULT_KUBE_API_BURST = 10

@@ -10,11 +10,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kubegpu.settings.choices import (
+    AUTO_DISCOVERY,
     DEFAULT_ANNOTATION_PREFIX,
     DEFAULT_CDI_ROOT,
     DEFAULT_CONTAINER_DRIVER_ROOT,
+    DEFAULT_GFD_NAMESPACE,
     DEFAULT_GFD_OUTPUT_FILE,
     DEFAULT_HOOK_PATH,
+    DEFAULT_KUBE_API_BURST,
+    DEFAULT_KUBE_API_QPS,
     DEFAULT_KUBELET_SOCKET,
     DEFAULT_MACHINE_TYPE_FILE,
     DEFAULT_NODE_LABEL,
@@ -25,6 +29,7 @@ from kubegpu.settings.choices import (
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,
     DISTRIBUTED,
+    GFD_DEVICE_DISCOVERY_STRATEGIES,
     MIG_STRATEGIES,
     MPS_CONTAINER_ROOT,
     SHARED_ALLOCATION_POLICIES,
@@ -255,10 +260,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("machine-type-file", ("GFD_MACHINE_TYPE_FILE",), DEFAULT_MACHINE_TYPE_FILE, "str",
             "File holding the node's DMI product name (for nvidia.com/gpu.machine).",
             "nvidia", (LABELS,), empty_env="urfave"),
-    Setting("use-node-feature-api", ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"), False, "bool",
-            "Publish through NFD's NodeFeature API (GFD's default since v0.19); not available in kubegpu "
-            "yet.",
-            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("use-node-feature-api", ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"), True, "bool",
+            "Publish the labels as this node's NodeFeature object (nfd.k8s-sigs.io/v1alpha1) through the API "
+            "server, as GFD does since v0.19; false writes --output-file instead.",
+            "nvidia", (LABELS,), path=("flags", "useNodeFeatureAPI"), empty_env="urfave"),
+    Setting("device-discovery-strategy", ("DEVICE_DISCOVERY_STRATEGY",), AUTO_DISCOVERY, "str",
+            "How GPUs are found: auto, nvml, tegra or vfio (NVIDIA's choices); kubegpu uses NVML for all "
+            "and says so once for tegra and vfio.",
+            "nvidia", (LABELS,), path=("flags", "deviceDiscoveryStrategy"),
+            choices=GFD_DEVICE_DISCOVERY_STRATEGIES, empty_env="urfave"),
+    Setting("driver-root-ctr-path", ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
+            DEFAULT_CONTAINER_DRIVER_ROOT, "str",
+            "Where the driver root is mounted in the container. Accepted as GFD accepts it; neither GFD's "
+            "labels nor kubegpu's depend on it (NVML is loaded from the library path).",
+            "nvidia", (LABELS,), aliases=("--container-driver-root",),
+            path=("flags", "plugin", "containerDriverRoot"), empty_env="urfave"),
     # kubegpu's own: the plugin's opt-in under the same name and env var, so that the labels describe the
     # resources the plugin serves.
     Setting("allow-resource-customization", ("KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION",), False, "bool",
@@ -266,6 +282,26 @@ SETTINGS: tuple[Setting, ...] = (
             "kubegpu", (LABELS,)),
     Setting("config-file", ("GFD_CONFIG_FILE", "CONFIG_FILE"), "", "str",
             "An NVIDIA v1 config file (YAML or JSON); its flags.gfd and flags sections fill unset flags.",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    # --- labels: GFD's Kubernetes client and node flags (the NodeFeature API output) -----------------------
+    Setting("kubeconfig", ("KUBECONFIG",), "", "str",
+            "Path to a kubeconfig file; empty: the in-cluster config (the pod's service account).",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("kube-api-qps", ("KUBE_API_QPS",), DEFAULT_KUBE_API_QPS, "float",
+            "Requests per second to the API server, as client-go's QPS (0: 5, negative: no limit).",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("kube-api-burst", ("KUBE_API_BURST",), DEFAULT_KUBE_API_BURST, "int",
+            "Requests allowed at once above --kube-api-qps, as client-go's burst (0: 10).",
+            "nvidia", (LABELS,), minimum=0, empty_env="urfave"),
+    Setting("namespace", ("NAMESPACE",), DEFAULT_GFD_NAMESPACE, "str",
+            "Namespace of the NodeFeature object (the chart passes the pod's own).",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("node-name", ("NODE_NAME",), "", "str",
+            "This node's name (the downward API's spec.nodeName); required with --use-node-feature-api.",
+            "nvidia", (LABELS,), empty_env="urfave"),
+    Setting("pod-name", ("POD_NAME",), "", "str",
+            "This pod's name (the downward API's metadata.name): the NodeFeature object is then owned by the "
+            "pod's DaemonSet, and deleted with it.",
             "nvidia", (LABELS,), empty_env="urfave"),
     # --- config-manager: NVIDIA's flags -------------------------------------------------------------------
     Setting("oneshot", ("ONESHOT",), False, "bool",

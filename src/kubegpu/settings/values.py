@@ -116,6 +116,7 @@ def _what(setting: Setting) -> str:
     return {
         "bool": "boolean",
         "int": "whole number",
+        "float": "number",
         "seconds": "number of seconds",
         "duration": "duration",
         "path": "path",
@@ -164,7 +165,7 @@ def _parse_kind(setting: Setting, text: str | Sequence[str]) -> Any:
             return parse_bool(text)
         except ValueError as err:
             raise BadValue(str(err) if setting.owner == "nvidia" else "use true or false") from None
-    if setting.kind == "seconds":
+    if setting.kind in ("seconds", "float"):
         return parse_number(text, minimum=setting.minimum, maximum=setting.maximum, positive=setting.positive)
     if setting.kind == "int":
         return parse_whole_number(text, minimum=setting.minimum, maximum=setting.maximum)
@@ -196,7 +197,7 @@ def error_text(setting: Setting, text: str | Sequence[str], origin: str, fix: st
     if setting.owner == "nvidia":
         # urfave/cli's words, as NVIDIA's binaries print them
         source = "the command line" if origin.startswith("-") else f"environment variable {origin!r}"
-        go_type = {"seconds": "float64", "int": "int"}.get(setting.kind, setting.kind)
+        go_type = {"seconds": "float64", "float": "float64", "int": "int"}.get(setting.kind, setting.kind)
         return f"could not parse {shown!r} as {go_type} value from {source} for flag {setting.name}: {fix}"
     default = default_text(setting)
     example = f", e.g. {default} (the default)" if default else ""

@@ -167,8 +167,19 @@ Arguments: root, name, oneshot, process (the process to signal; "" for none).
   {{- end }}
 {{- end }}
 
-{{/* Pod-level settings shared by the node daemons. */}}
+{{/* Pod-level settings shared by the node daemons, with the service account of the config-manager. */}}
 {{- define "kubegpu.podSpecCommon" -}}
+{{ include "kubegpu.podSpecBase" . }}
+{{- if include "kubegpu.hasConfigMap" . }}
+serviceAccountName: {{ include "kubegpu.fullname" . }}-service-account
+{{- else }}
+# Nothing here talks to the API server: no token in the pod.
+automountServiceAccountToken: false
+{{- end }}
+{{- end }}
+
+{{/* Pod-level settings shared by the node daemons, but the service account. */}}
+{{- define "kubegpu.podSpecBase" -}}
 {{- if .Values.priorityClassName }}
 priorityClassName: {{ .Values.priorityClassName }}
 {{- end }}
@@ -183,11 +194,19 @@ imagePullSecrets:
 securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- if include "kubegpu.hasConfigMap" . }}
-serviceAccountName: {{ include "kubegpu.fullname" . }}-service-account
-{{- else }}
-# Nothing here talks to the API server: no token in the pod.
-automountServiceAccountToken: false
+{{- end }}
+
+{{/* The labels daemon publishes its labels as the node's NodeFeature object through the API server
+(gfd.useNodeFeatureAPI, GFD's default), rather than into NFD's features.d directory on the host. */}}
+{{- define "kubegpu.labelsUseAPI" -}}
+{{- if and .Values.gfd.enabled .Values.gfd.useNodeFeatureAPI }}true{{ end }}
+{{- end }}
+
+{{/* The labels pods call the API server: for the NodeFeature object, or with the config-manager. They
+get their own service account, so that only they may write NodeFeatures. */}}
+{{- define "kubegpu.labelsServiceAccount" -}}
+{{- if and .Values.gfd.enabled (or (include "kubegpu.labelsUseAPI" .) (include "kubegpu.hasConfigMap" .)) }}
+{{- include "kubegpu.fullname" . }}-labels
 {{- end }}
 {{- end }}
 
