@@ -1,0 +1,576 @@
+"""YAML as NVIDIA's plugin reads its config file: sigs.k8s.io/yaml over go-yaml v2, with go-yaml's limits.
+
+NVIDIA's loader (api/config/v1/config.go, parseConfigFrom) calls `sigs.k8s.io/yaml.Unmarshal`: go-yaml v2
+decodes the YAML (YAML 1.1: `yes`, `on` and `y` are booleans, `0x10`, `010` and `1_000` integers, only the
+first document counts), the result is turned into JSON, and Go's encoding/json decodes that JSON into the
+config types. This module is the first half: YAML text to the JSON-able value go-yaml would hand over
+(`dict[str, ...]`, `list`, `str`, `int`, `float`, `bool`, `None`), refusing what go-yaml refuses, with its
+texts:
+
+- an alias to itself (`a: &a [*a]`): `yaml: anchor 'a' value contains itself`;
+- alias expansion beyond go-yaml's ratio rule (decode.go, allowedAliasRatio: past 1,000 decode operations
+  at most 99% may come from aliases, falling to 10% at 4,000,000): `yaml: document contains excessive
+  aliasing`;
+- an unknown anchor, a bad `!!binary`, a value that does not fit its explicit tag.
+
+kubegpu adds one bound of its own: at most MAX_NODES nodes, counted the way go-yaml counts decode operations
+(every alias expanded). A device plugin config has a few hundred; the bound keeps a hostile file (a billion
+laughs, a flood of keys) to milliseconds. The walk never expands an alias: values behind an anchor are
+shared, and sizes are computed, so a bomb costs what its text costs. Syntax errors keep go-yaml's form
+(`yaml: line N: <libyaml's problem>`, with go-yaml's line arithmetic) and also carry the exact position.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import yaml
+
+MAX_NODES = 20_000
+
+_EVENT_LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # libyaml's parser when the wheel has it
+
+_TAG = "tag:yaml.org,2002:"
+STR, BOOL, INT, FLOAT, NULL, TIMESTAMP, BINARY, MERGE = (
+    _TAG + t for t in ("str", "bool", "int", "float", "null", "timestamp", "binary", "merge")
+)
+_RESOLVABLE = {"", STR, BOOL, INT, FLOAT, NULL, TIMESTAMP}
+
+# go-yaml v2 resolve.go: the plain scalars looked up by value.
+_BY_VALUE: dict[str, tuple[str, Any]] = {}
+for _value, _tag, _words in (
+    (True, BOOL, "y Y yes Yes YES true True TRUE on On ON"),
+    (False, BOOL, "n N no No NO false False FALSE off Off OFF"),
+    (math.nan, FLOAT, ".nan .NaN .NAN"),
+    (math.inf, FLOAT, ".inf .Inf .INF +.inf +.Inf +.INF"),
+    (-math.inf, FLOAT, "-.inf -.Inf -.INF"),
+    ("<<", MERGE, "<<"),
+):
+    for _word in _words.split():
+        _BY_VALUE[_word] = (_tag, _value)
+for _word in ("", "~", "null", "Null", "NULL"):
+    _BY_VALUE[_word] = (NULL, None)
+
+_HINTED = set("+-0123456789.yYnNtTfFoO~")  # first characters go-yaml tries to resolve (resolveTable)
+_YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_DOT_FLOAT = re.compile(r"\.[0-9]+([eE][-+]?[0-9]+)?")  # what Go's ParseFloat takes after a leading '.'
+_DECIMAL = re.compile(r"[-+]?(0|[1-9][0-9]{0,18})")
+_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+_INT64 = 1 << 63
+_UINT64 = 1 << 64
+
+
+class GoYamlError(ValueError):
+    """YAML that NVIDIA's loader refuses. `str()` is go-yaml's text; `line`/`column` (1-based) where known."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+
+
+class TooManyNodes(GoYamlError):
+    """kubegpu's own bound (MAX_NODES), not go-yaml's."""
+
+
+@dataclass(slots=True)
+class Document:
+    """The first document of a YAML stream as go-yaml decodes it."""
+
+    value: Any
+    nodes: int  # decode operations go-yaml would run (aliases expanded, the document node included)
+    _unsupported: set[int] = field(default_factory=set)  # ids of containers holding a NaN or an infinity
+
+    def unsupported(self, value: Any) -> str | None:
+        """The first value JSON cannot carry inside `value` (NaN, +Inf, -Inf, as Go writes them), or None."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return _go_float_name(value)
+        if id(value) not in self._unsupported:
+            return None
+        items = value.values() if isinstance(value, dict) else value
+        for item in items:
+            found = self.unsupported(item)
+            if found:
+                return found
+        return None
+
+
+@dataclass(slots=True)
+class _Done:
+    """A finished node: its value, decode operations (aliases expanded), shape, and NaN/Inf inside."""
+
+    value: Any
+    size: int
+    kind: str  # "scalar", "map", "seq", or "maps" (a sequence of mappings: a merge may take it)
+    bad: bool
+    line: int
+    column: int
+
+
+@dataclass(eq=False, slots=True)
+class _Open:
+    """A mapping or sequence whose end has not come yet."""
+
+    kind: str  # "map" or "seq"
+    line: int
+    column: int
+    counted: bool  # False for a merge's sequence: go-yaml decodes its items, not it
+    children: list[_Done | None] = field(default_factory=list)  # None: a merge key (not decoded)
+    done: _Done | None = None  # set when it ends (aliases to it read this)
+
+
+@dataclass(slots=True)
+class _Walk:
+    """go-yaml's decode counters, replayed as the events come (decode.go, decoder.unmarshal)."""
+
+    decodes: int = 1  # the document node
+    aliased: int = 0
+
+    def step(self, own: int, expanded: int, line: int, column: int) -> None:
+        # An alias's expansion is added in one step: inside it every decode counts as aliased, so the
+        # aliased share only grows and the allowed share only falls: if the check fails within the run,
+        # it fails at its end.
+        self.decodes += own + expanded
+        self.aliased += expanded
+        if (
+            self.aliased > 100
+            and self.decodes > 1000
+            and self.aliased / self.decodes > _allowed_alias_ratio(self.decodes)
+        ):
+            raise GoYamlError("yaml: document contains excessive aliasing", line, column)
+
+
+def load(text: str) -> Document:
+    """Decode the first YAML document of `text` as go-yaml v2 would. Raises GoYamlError."""
+    stack: list[_Open] = []
+    anchors: dict[str, _Open | _Done] = {}
+    unsupported: set[int] = set()
+    walk = _Walk()
+    root: _Done | None = None
+    events = yaml.parse(text, Loader=_EVENT_LOADER)
+    try:
+        for event in events:
+            if isinstance(event, yaml.DocumentEndEvent):
+                break  # go-yaml's Unmarshal reads the first document only
+            if isinstance(event, yaml.CollectionEndEvent):
+                done = _close(stack.pop(), unsupported)
+            elif isinstance(event, yaml.NodeEvent):
+                mark = event.start_mark
+                line, column = mark.line + 1, mark.column + 1
+                parent = stack[-1] if stack else None
+                merge_key = parent is not None and _expects_merge_key(parent, event)
+                merge_value = parent is not None and _expects_merge_value(parent)
+                if isinstance(event, yaml.AliasEvent):
+                    done = _alias(event.anchor, anchors, line, column)
+                    walk.step(1, done.size - 1, line, column)
+                elif isinstance(event, yaml.ScalarEvent):
+                    done = _scalar_done(event, line, column)
+                    if not merge_key:
+                        walk.step(1, 0, line, column)
+                else:
+                    kind = "seq" if isinstance(event, yaml.SequenceStartEvent) else "map"
+                    opened = _Open(kind, line, column, counted=not (merge_value and kind == "seq"))
+                    if opened.counted:
+                        walk.step(1, 0, line, column)
+                    if walk.decodes > MAX_NODES + 1:
+                        raise _too_many(line, column)
+                    if event.anchor is not None:
+                        anchors[event.anchor] = opened
+                    stack.append(opened)
+                    continue
+                if event.anchor is not None and not isinstance(event, yaml.AliasEvent):
+                    anchors[event.anchor] = done
+                if merge_key:
+                    parent.children.append(None)  # type: ignore[union-attr]
+                    continue
+            else:
+                continue
+            if walk.decodes > MAX_NODES + 1:
+                raise _too_many(done.line, done.column)
+            if stack:
+                stack[-1].children.append(done)
+            else:
+                root = done
+    except yaml.MarkedYAMLError as err:
+        raise _syntax_error(err) from None
+    except yaml.YAMLError as err:  # libyaml's reader: control characters, bad encoding
+        raise _reader_error(err, text) from None
+    finally:
+        events.close()
+    if root is None:
+        return Document(None, 0)
+    return Document(root.value, walk.decodes, unsupported)
+
+
+def _too_many(line: int, column: int) -> TooManyNodes:
+    return TooManyNodes(
+        f"the document has more than {MAX_NODES} YAML nodes (aliases expanded), over kubegpu's limit",
+        line,
+        column,
+    )
+
+
+def _expects_merge_key(parent: _Open, event: Any) -> bool:
+    """A plain `<<` (or one tagged !!merge) in a mapping's key position: go-yaml merges, not decodes it."""
+    return (
+        parent.kind == "map"
+        and len(parent.children) % 2 == 0
+        and isinstance(event, yaml.ScalarEvent)
+        and event.value == "<<"
+        and ((event.tag is None and event.implicit[0]) or event.tag == MERGE)
+    )
+
+
+def _expects_merge_value(parent: _Open) -> bool:
+    return parent.kind == "map" and len(parent.children) % 2 == 1 and parent.children[-1] is None
+
+
+def _alias(name: str, anchors: dict[str, _Open | _Done], line: int, column: int) -> _Done:
+    target = anchors.get(name)
+    if target is None:
+        raise GoYamlError(f"yaml: unknown anchor '{name}' referenced", line, column)
+    if isinstance(target, _Open):
+        if target.done is None:  # still open: the alias sits inside its own anchor
+            raise GoYamlError(f"yaml: anchor '{name}' value contains itself", line, column)
+        target = target.done
+    # The value is shared, not copied: its expansion is counted (size), never built.
+    return _Done(target.value, 1 + target.size, target.kind, target.bad, line, column)
+
+
+def _scalar_done(event: Any, line: int, column: int) -> _Done:
+    value = _scalar(event, line, column)
+    bad = isinstance(value, float) and not math.isfinite(value)
+    return _Done(value, 1, "scalar", bad, line, column)
+
+
+def _close(opened: _Open, unsupported: set[int]) -> _Done:
+    children = opened.children
+    size = 1 if opened.counted else 0
+    bad = False
+    value: Any
+    if opened.kind == "seq":
+        items = [c for c in children if c is not None]
+        value = [c.value for c in items]
+        size += sum(c.size for c in items)
+        bad = any(c.bad for c in items)
+        kind = "maps" if items and all(c.kind == "map" for c in items) else "seq"
+    else:
+        value = {}
+        for key, item in zip(children[0::2], children[1::2], strict=False):
+            if item is None:
+                continue
+            size += item.size
+            bad = bad or item.bad
+            if key is None:  # a merge: its mapping's keys are written into this one, as they come
+                _merge(value, item)
+                continue
+            size += key.size
+            value[_json_key(key)] = item.value
+        kind = "map"
+    if bad:
+        unsupported.add(id(value))
+    opened.done = _Done(value, size, kind, bad, opened.line, opened.column)
+    return opened.done
+
+
+def _merge(into: dict[str, Any], source: _Done) -> None:
+    if source.kind == "map":
+        into.update(source.value)
+    elif source.kind == "maps" or (source.kind == "seq" and not source.value):
+        for item in reversed(source.value):  # earlier mappings take precedence: written last
+            into.update(item)
+    else:
+        raise GoYamlError(
+            "yaml: map merge requires map or sequence of maps as the value", source.line, source.column
+        )
+
+
+def _syntax_error(err: yaml.MarkedYAMLError) -> GoYamlError:
+    # go-yaml's parser.fail(): the problem's line, plus one for scanner errors, else the context's line
+    # (go-yaml's lines start at 0 there, hence its well-known off-by-one on parser errors).
+    problem = err.problem or "unknown problem parsing YAML content"
+    mark = err.problem_mark or err.context_mark
+    line = 0
+    if err.problem_mark is not None and err.problem_mark.line != 0:
+        line = err.problem_mark.line + (1 if isinstance(err, yaml.scanner.ScannerError) else 0)
+    elif err.context_mark is not None and err.context_mark.line != 0:
+        line = err.context_mark.line
+    where = f"line {line}: " if line else ""
+    return GoYamlError(
+        f"yaml: {where}{problem}",
+        mark.line + 1 if mark is not None else None,
+        mark.column + 1 if mark is not None else None,
+    )
+
+
+def _reader_error(err: yaml.YAMLError, text: str) -> GoYamlError:
+    reason = getattr(err, "reason", None) or str(err)
+    position = getattr(err, "position", None)
+    if not isinstance(position, int):
+        return GoYamlError(f"yaml: {reason}")
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    character = getattr(err, "character", None)
+    shown = f" (character {character!r})" if isinstance(character, str) else ""
+    return GoYamlError(f"yaml: {reason}{shown}", line, column)
+
+
+def _allowed_alias_ratio(decodes: int) -> float:
+    """go-yaml v2 decode.go allowedAliasRatio."""
+    if decodes <= 400_000:
+        return 0.99
+    if decodes >= 4_000_000:
+        return 0.10
+    return 0.99 - 0.89 * ((decodes - 400_000) / 3_600_000)
+
+
+def _json_key(key: _Done) -> str:
+    """sigs.k8s.io/yaml's conversion of a YAML key to a JSON object key."""
+    value = key.value
+    if key.kind != "scalar":
+        raise GoYamlError(f"yaml: invalid map key: {preview(value, 60)}", key.line, key.column)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return go_format_float32_g(value)
+    message = "yaml: a mapping key is null (~, null or nothing before the colon); name the key"
+    raise GoYamlError(message, key.line, key.column)
+
+
+def _scalar(event: Any, line: int, column: int) -> Any:
+    text = event.value
+    if event.tag is None and event.implicit[0]:
+        return _resolve(text)[1]  # plain: go-yaml resolves it by its text
+    tag = "" if event.tag in (None, "!") else event.tag
+    if tag == "":
+        return text  # quoted, or tagged "!": a string
+    if tag == BINARY:
+        try:
+            data = base64.b64decode(text.replace("\n", "").replace("\r", ""), validate=True)
+        except (binascii.Error, ValueError):
+            raise GoYamlError("yaml: !!binary value contains invalid base64 data", line, column) from None
+        return data.decode("utf-8", "replace")
+    if tag not in _RESOLVABLE or tag == STR:
+        return text  # go-yaml keeps the text of a string or an unknown tag
+    resolved_tag, value = _resolve(text)
+    if resolved_tag == tag or (tag == TIMESTAMP and resolved_tag == STR and _looks_like_date(text)):
+        return value
+    if tag == FLOAT and resolved_tag == INT:
+        return float(value)
+    message = f"yaml: cannot decode {_short_tag(resolved_tag)} `{text}` as a {_short_tag(tag)}"
+    raise GoYamlError(message, line, column)
+
+
+def _looks_like_date(text: str) -> bool:
+    return re.match(r"\d{4}-\d{1,2}-\d{1,2}", text) is not None
+
+
+def _short_tag(tag: str) -> str:
+    return "!!" + tag.removeprefix(_TAG) if tag.startswith(_TAG) else tag
+
+
+def resolve_plain(text: str) -> Any:
+    """A plain scalar's value as go-yaml v2 resolves it (resolve.go, tag "")."""
+    return _resolve(text)[1]
+
+
+def _resolve(text: str) -> tuple[str, Any]:
+    if text[:1] not in _HINTED and text != "":
+        return STR, text
+    if _DECIMAL.fullmatch(text):  # the common case, without the general parser
+        number = int(text)
+        if -_INT64 <= number < _UINT64:
+            return INT, number
+    if text in _BY_VALUE:
+        return _BY_VALUE[text]
+    hint = text[0]
+    if hint == ".":
+        if _DOT_FLOAT.fullmatch(text):
+            value = float(text)
+            if math.isfinite(value):
+                return FLOAT, value
+        return STR, text
+    if hint in "+-0123456789":
+        plain = text.replace("_", "")
+        number = go_parse_int(plain)
+        if number is None:
+            number = go_parse_uint(plain)
+        if number is not None:
+            return INT, number
+        if _YAML_FLOAT.fullmatch(plain):
+            value = float(plain)
+            if math.isfinite(value):  # Go's ParseFloat fails on overflow, leaving a string
+                return FLOAT, value
+        big = _go_parse_big(plain)  # sigs.k8s.io/yaml's go-yaml keeps integers past 64 bits as big.Int
+        if big is not None:
+            return INT, big
+    return STR, text
+
+
+def _go_digits(text: str) -> tuple[int, str] | None:
+    """Go's strconv base-0 prefix rules: 0x/0o/0b, a leading 0 is octal. (base, digits) or None."""
+    if text == "":
+        return None
+    if text[0] == "0":
+        if len(text) >= 3 and text[1] in "xX":
+            return 16, text[2:]
+        if len(text) >= 3 and text[1] in "oO":
+            return 8, text[2:]
+        if len(text) >= 3 and text[1] in "bB":
+            return 2, text[2:]
+        return 8, text[1:]
+    return 10, text
+
+
+def _go_unsigned(text: str) -> int | None:
+    """The magnitude of an unsigned base-0 Go integer, any size, or None when it is not one."""
+    parsed = _go_digits(text)
+    if parsed is None:
+        return None
+    base, digits = parsed
+    if digits == "" and base != 8:
+        return None
+    if any(c not in _DIGITS[base] for c in digits):
+        return None
+    return int(digits, base) if digits else 0
+
+
+def _split_sign(text: str) -> tuple[bool, str]:
+    if text[:1] in ("+", "-"):
+        return text[0] == "-", text[1:]
+    return False, text
+
+
+def go_parse_int(text: str) -> int | None:
+    """Go's strconv.ParseInt(text, 0, 64), or None when it fails."""
+    negative, rest = _split_sign(text)
+    magnitude = _go_unsigned(rest)
+    if magnitude is None or magnitude > (_INT64 if negative else _INT64 - 1):
+        return None
+    return -magnitude if negative else magnitude
+
+
+def go_parse_uint(text: str) -> int | None:
+    """Go's strconv.ParseUint(text, 0, 64), or None when it fails (no sign allowed)."""
+    magnitude = _go_unsigned(text)
+    return magnitude if magnitude is not None and magnitude < _UINT64 else None
+
+
+def _go_parse_big(text: str) -> int | None:
+    negative, rest = _split_sign(text)
+    magnitude = _go_unsigned(rest)
+    if magnitude is None:
+        return None
+    return -magnitude if negative else magnitude
+
+
+# --- Go's number formatting ------------------------------------------------------------------------------
+
+
+def _go_float_name(value: float) -> str:
+    return "NaN" if math.isnan(value) else "+Inf" if value > 0 else "-Inf"
+
+
+def go_format_float32_g(value: float) -> str:
+    """strconv.FormatFloat(value, 'g', -1, 32): how sigs.k8s.io/yaml writes a float as a string."""
+    if not math.isfinite(value):
+        return _go_float_name(value)
+    single = struct.unpack("f", struct.pack("f", value))[0] if abs(value) < 3.5e38 else value
+    if single == 0:
+        return "-0" if math.copysign(1, single) < 0 else "0"
+    for digits in range(1, 10):  # the shortest decimal that reads back as the same float32
+        text = f"{single:.{digits - 1}e}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == single:
+            break
+    mantissa, exponent_text = text.split("e")
+    exponent = int(exponent_text)
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    if exponent < -4 or exponent >= 6:  # %e when the exponent is < -4 or >= the shortest precision (6)
+        return f"{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+    sign = "-" if mantissa.startswith("-") else ""
+    significant = mantissa.lstrip("-").replace(".", "")
+    point = exponent + 1
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{significant}"
+    if point >= len(significant):
+        return f"{sign}{significant}{'0' * (point - len(significant))}"
+    return f"{sign}{significant[:point]}.{significant[point:]}"
+
+
+def go_json_number(value: int | float) -> str:
+    """How Go's encoding/json writes a number: the text a later decode sees and its errors quote."""
+    if isinstance(value, int):
+        return str(value)
+    if value == 0:
+        return "-0" if math.copysign(1, value) < 0 else "0"
+    shortest = Decimal(repr(value))  # the shortest digits that read back as the same float, as Go's -1
+    if 1e-6 <= abs(value) < 1e21:
+        text = format(shortest, "f")
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    sign, digits, exponent = shortest.as_tuple()
+    assert isinstance(exponent, int)
+    body = "".join(map(str, digits)).rstrip("0") or "0"
+    mantissa = body[0] + (f".{body[1:]}" if len(body) > 1 else "")
+    power = exponent + len(digits) - 1
+    # Go writes at least two exponent digits, then trims "e-07" to "e-7".
+    written = f"-{abs(power)}" if -10 < power < 0 else f"{'-' if power < 0 else '+'}{abs(power):02d}"
+    return f"{'-' if sign else ''}{mantissa}e{written}"
+
+
+def preview(value: Any, limit: int = 80, *, compact: bool = False) -> str:
+    """`value` as JSON, cut at about `limit` characters without walking further (values may be shared
+    and large). `compact` writes as Go's encoding/json does: sorted keys, no spaces."""
+    out: list[str] = []
+    budget = [limit]
+    comma, colon = (",", ":") if compact else (", ", ": ")
+
+    def emit(text: str) -> bool:
+        out.append(text)
+        budget[0] -= len(text)
+        return budget[0] > 0
+
+    def walk(v: Any) -> bool:
+        if isinstance(v, dict):
+            items = sorted(v.items()) if compact else v.items()
+            if not emit("{"):
+                return False
+            for i, (k, item) in enumerate(items):
+                if (i and not emit(comma)) or not emit(_json_string(k) + colon) or not walk(item):
+                    return False
+            return emit("}")
+        if isinstance(v, list | tuple):
+            if not emit("["):
+                return False
+            for i, item in enumerate(v):
+                if (i and not emit(comma)) or not walk(item):
+                    return False
+            return emit("]")
+        if isinstance(v, str):
+            return emit(_json_string(v))
+        if v is None:
+            return emit("null")
+        if isinstance(v, bool):
+            return emit("true" if v else "false")
+        if isinstance(v, int | float):
+            return emit(go_json_number(v) if isinstance(v, int) or math.isfinite(v) else _go_float_name(v))
+        return emit(_json_string(str(v)))
+
+    if walk(value):
+        return "".join(out)
+    return "".join(out)[:limit] + "..."
+
+
+def _json_string(text: str) -> str:
+    return json.dumps(text if len(text) <= 200 else text[:200] + "...", ensure_ascii=False)
