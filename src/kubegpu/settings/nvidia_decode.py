@@ -96,6 +96,7 @@ class Decoded:
     problems: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)  # dotted paths of keys NVIDIA ignores
     folded: list[tuple[str, str]] = field(default_factory=list)  # (as written, the field it is read as)
+    unsupported: str = ""  # a NaN or infinity that reaches JSON: sigs.k8s.io/yaml fails before decoding
 
 
 @dataclass
@@ -108,6 +109,11 @@ class _At:
     go_struct: str = ""  # the innermost plain struct's name ("" at the top)
     go_fields: tuple[str, ...] = ()  # encoding/json's FieldStack
     custom: bool = False  # inside a type with its own UnmarshalJSON: no string conversion, Go-value errors
+
+    def reaches_json(self, value: Any) -> None:
+        """`value` goes into the JSON as it is (no string field converts it): NaN and infinities fail."""
+        if not self.out.unsupported:
+            self.out.unsupported = self.doc.unsupported(value) or ""
 
     def child(self, key: str | int) -> _At:
         path = f"{self.path}.{key}" if self.path else str(key)
@@ -151,18 +157,17 @@ def decode_config(doc: Document, config: GoStruct) -> Decoded:
     """Type the document as NVIDIA's Config; problems carry NVIDIA's texts. The value has canonical keys."""
     out = Decoded({})
     at = _At(out, doc, "")
-    bad = doc.unsupported(doc.value)
-    if bad is not None:
-        # sigs.k8s.io/yaml marshals the whole document to JSON first, unknown keys included.
-        out.problems.append(f"json: unsupported value: {bad} (JSON has no NaN or infinity; quote it)")
-        return out
     value = doc.value
-    if value is None:
-        return out
-    if not isinstance(value, dict):
+    if isinstance(value, dict):
+        out.value = _struct(value, config, at)
+    elif value is not None:
+        at.reaches_json(value)
         at.type_error(value, config.go)
-        return out
-    out.value = _struct(value, config, at)
+    if out.unsupported:
+        # sigs.k8s.io/yaml marshals the whole document to JSON before decoding it: that fails first.
+        out.problems = [
+            f"json: unsupported value: {out.unsupported} (JSON has no NaN or infinity; quote the value)"
+        ]
     return out
 
 
@@ -172,6 +177,7 @@ def _struct(raw: dict[str, Any], struct: GoStruct, at: _At) -> dict[str, Any]:
         spec = _field(struct, key)
         if spec is None:
             at.out.unknown.append(f"{at.path}.{key}" if at.path else key)
+            at.reaches_json(raw[key])
             continue
         if key != spec.key:
             where = f"{at.path}." if at.path else ""
@@ -203,6 +209,7 @@ def _field(struct: GoStruct, key: str) -> GoField | None:
 
 def _value(raw: Any, go_type: GoType, at: _At) -> Any:
     if isinstance(go_type, GoCustom):
+        at.reaches_json(raw)  # no conversion happens for a type with its own UnmarshalJSON
         if raw is None and go_type.nullable:
             return None
         try:
@@ -215,10 +222,12 @@ def _value(raw: Any, go_type: GoType, at: _At) -> Any:
         return scalar(raw, go_type, at)
     if isinstance(go_type, GoSlice):
         if not isinstance(raw, list):
+            at.reaches_json(raw)
             at.type_error(raw, go_type.go)
             return None
         return [_value(item, go_type.elem, at.child(i)) for i, item in enumerate(raw)]
     if not isinstance(raw, dict):
+        at.reaches_json(raw)
         at.type_error(raw, go_type.go)
         return None
     return _struct(raw, go_type, at)
@@ -226,6 +235,8 @@ def _value(raw: Any, go_type: GoType, at: _At) -> Any:
 
 def scalar(raw: Any, go_type: GoScalar, at: _At) -> Any:
     """A JSON value into a Go bool, int or string; None (and a problem) when it does not fit."""
+    if go_type.kind != "string" or at.custom:
+        at.reaches_json(raw)
     if go_type.kind == "string":
         if isinstance(raw, str):
             return raw
