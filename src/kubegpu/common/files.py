@@ -112,8 +112,8 @@ def decode_text(data: bytes, path: str | os.PathLike[str], *, what: str = "file"
         byte = data[offset : offset + 1].hex()
         raise FileProblem(
             path,
-            f"is not {encoding.upper()} text: byte 0x{byte} at offset {offset} (line {line}, column {column}) "
-            f"is not valid {encoding.upper()}",
+            f"is not {encoding.upper()} text: byte 0x{byte} at offset {offset} "
+            f"(line {line}, column {column}) is not valid {encoding.upper()}",
             f"save the {what} as UTF-8 text (e.g. iconv -f latin1 -t utf-8)",
         ) from None
 

@@ -148,8 +148,12 @@ class _Walk:
             raise GoYamlError("yaml: document contains excessive aliasing", line, column)
 
 
-def load(text: str) -> Document:
-    """Decode the first YAML document of `text` as go-yaml v2 would. Raises GoYamlError."""
+def load(text: str, max_nodes: int = MAX_NODES) -> Document:
+    """Decode the first YAML document of `text` as go-yaml v2 would. Raises GoYamlError.
+
+    `max_nodes` is kubegpu's bound (see the module docstring); files larger by nature (a kubeconfig with
+    many clusters) pass a larger one.
+    """
     stack: list[_Open] = []
     anchors: dict[str, _Open | _Done] = {}
     unsupported: set[int] = set()
@@ -180,8 +184,8 @@ def load(text: str) -> Document:
                     opened = _Open(kind, line, column, counted=not (merge_value and kind == "seq"))
                     if opened.counted:
                         walk.step(1, 0, line, column)
-                    if walk.decodes > MAX_NODES + 1:
-                        raise _too_many(line, column)
+                    if walk.decodes > max_nodes + 1:
+                        raise _too_many(line, column, max_nodes)
                     if event.anchor is not None:
                         anchors[event.anchor] = opened
                     stack.append(opened)
@@ -193,8 +197,8 @@ def load(text: str) -> Document:
                     continue
             else:
                 continue
-            if walk.decodes > MAX_NODES + 1:
-                raise _too_many(done.line, done.column)
+            if walk.decodes > max_nodes + 1:
+                raise _too_many(done.line, done.column, max_nodes)
             if stack:
                 stack[-1].children.append(done)
             else:
@@ -210,9 +214,9 @@ def load(text: str) -> Document:
     return Document(root.value, walk.decodes, unsupported)
 
 
-def _too_many(line: int, column: int) -> TooManyNodes:
+def _too_many(line: int, column: int, max_nodes: int) -> TooManyNodes:
     return TooManyNodes(
-        f"the document has more than {MAX_NODES} YAML nodes (aliases expanded), over kubegpu's limit",
+        f"the document has more than {max_nodes} YAML nodes (aliases expanded), over kubegpu's limit",
         line,
         column,
     )
