@@ -22,6 +22,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from kubegpu.common.backoff import Backoff
 from kubegpu.configmanager.errors import ConfigManagerError
+from kubegpu.settings.kubeconfig import check_kubeconfig
 
 log = logging.getLogger("kubegpu.configmanager")
 
@@ -37,10 +38,11 @@ def connect(kubeconfig: str) -> Any:
     configuration = client.Configuration()
     try:
         if kubeconfig:
+            check_kubeconfig(kubeconfig)  # bounded, before the client parses it whole
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         else:
             config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, TypeError) as err:
+    except (ConfigException, OSError, ValueError, TypeError) as err:  # KubeconfigError is a ValueError
         raise ConfigManagerError(f"error building kubernetes clientcmd config: {err}") from err
     # No silent urllib3 retries underneath: the watcher retries with back-off and logs each failure once.
     configuration.retries = 0

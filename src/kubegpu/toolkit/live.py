@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from kubegpu.settings.kubeconfig import KubeconfigError, check_kubeconfig
 from kubegpu.toolkit.model import ListMeta
 from kubegpu.toolkit.snapshot import Snapshot, decode_items
 
@@ -101,6 +102,12 @@ def load_live(keep: Iterable[tuple[str, str]] = (), context: str | None = None) 
         raise LiveError(
             "live mode needs the `kubernetes` package (pip install kubernetes), or use --snapshot FILE"
         ) from exc
+    from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
+
+    try:
+        check_kubeconfig(KUBE_CONFIG_DEFAULT_LOCATION)  # $KUBECONFIG or ~/.kube/config, as the client reads
+    except KubeconfigError as exc:
+        raise LiveError(f"{exc}; or use --snapshot FILE") from exc
     try:
         config.load_kube_config(context=context)
     except (ConfigException, OSError) as kube_exc:
