@@ -36,7 +36,7 @@ def _text(name: str, text: str, verdict: str, says: str = "") -> Case:
     return Case(name, text.encode(), verdict, says)
 
 
-def _laughs(width: int, depth: int, where: str) -> str:
+def laughs(width: int, depth: int, where: str) -> str:
     lines = [f"l0: &l0 [{', '.join(['lol'] * width)}]"]
     for level in range(1, depth):
         lines.append(f"l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * width)}]")
@@ -116,14 +116,14 @@ def _aliases() -> list[Case]:
     for width, depth in ((10, 9), (10, 6), (10, 5), (9, 9), (5, 12), (3, 20), (2, 40), (20, 4), (100, 3)):
         for where in ("unknown", "flags", "sharing"):
             cases.append(
-                _text(f"laughs-{width}x{depth}-{where}", _laughs(width, depth, where), REFUSE, "alias")
+                _text(f"laughs-{width}x{depth}-{where}", laughs(width, depth, where), REFUSE, "alias")
             )
     # Small, legitimate reuse: go-yaml allows it, so does kubegpu.
     cases += [
         _text("alias-reuse-resource", "r: &r {name: gpu, replicas: 4}\nsharing:\n  timeSlicing:\n    "
               "resources: [*r]\n", ACCEPT),
         _text("alias-reuse-flags", "x: &x none\nflags:\n  migStrategy: *x\n", ACCEPT),
-        _text("laughs-2x3-unknown", _laughs(2, 3, "unknown"), ACCEPT),
+        _text("laughs-2x3-unknown", laughs(2, 3, "unknown"), ACCEPT),
         _text("merge-reuse", "base: &b {migStrategy: none}\nflags:\n  <<: *b\n  failOnInitError: true\n", ACCEPT),
     ]  # fmt: skip
     recursive = {
@@ -182,7 +182,7 @@ def _floods() -> list[Case]:
         cases.append(_text(f"unknown-keys-{n}", text, REFUSE, "YAML nodes"))
     near = "".join(f"renameByDefault{i}: true\n" for i in range(2000))  # each asks for a did-you-mean
     cases.append(_text("did-you-mean-flood", near, ACCEPT, "more unknown config keys"))
-    cases.append(_text("bomb-under-unknown-key", _laughs(10, 7, "unknown"), REFUSE, "alias"))
+    cases.append(_text("bomb-under-unknown-key", laughs(10, 7, "unknown"), REFUSE, "alias"))
     return cases
 
 
