@@ -106,7 +106,7 @@ def _node(profile: str | None) -> str:
 
 
 def render(report: CheckReport, console: Console) -> None:
-    console.print(f"config {report.config_file or '(none: defaults)'} on {report.node}")
+    console.print(f"config {report.config_file or '(none: defaults)'} on {report.node}", soft_wrap=True)
     if report.resources:
         table = Table("resource", "devices", "sharing", "device IDs (as the kubelet sees them)")
         for name, ids in report.resources.items():
