@@ -212,7 +212,7 @@ def _schema_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[st
     return out
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # bounded: keys come from files, reload after reload
 def _hint(key: str) -> str:
     known = _known_paths()
     if key in known:
