@@ -154,64 +154,80 @@ def load(text: str, max_nodes: int = MAX_NODES) -> Document:
     `max_nodes` is kubegpu's bound (see the module docstring); files larger by nature (a kubeconfig with
     many clusters) pass a larger one.
     """
-    stack: list[_Open] = []
-    anchors: dict[str, _Open | _Done] = {}
-    unsupported: set[int] = set()
-    walk = _Walk()
-    root: _Done | None = None
+    builder = _Builder(max_nodes)
     events = yaml.parse(text, Loader=_EVENT_LOADER)
     try:
         for event in events:
             if isinstance(event, yaml.DocumentEndEvent):
                 break  # go-yaml's Unmarshal reads the first document only
             if isinstance(event, yaml.CollectionEndEvent):
-                done = _close(stack.pop(), unsupported)
+                builder.place(_close(builder.stack.pop(), builder.unsupported))
             elif isinstance(event, yaml.NodeEvent):
-                mark = event.start_mark
-                line, column = mark.line + 1, mark.column + 1
-                parent = stack[-1] if stack else None
-                merge_key = parent is not None and _expects_merge_key(parent, event)
-                merge_value = parent is not None and _expects_merge_value(parent)
-                if isinstance(event, yaml.AliasEvent):
-                    done = _alias(event.anchor, anchors, line, column)
-                    walk.step(1, done.size - 1, line, column)
-                elif isinstance(event, yaml.ScalarEvent):
-                    done = _scalar_done(event, line, column)
-                    if not merge_key:
-                        walk.step(1, 0, line, column)
-                else:
-                    kind = "seq" if isinstance(event, yaml.SequenceStartEvent) else "map"
-                    opened = _Open(kind, line, column, counted=not (merge_value and kind == "seq"))
-                    if opened.counted:
-                        walk.step(1, 0, line, column)
-                    if walk.decodes > max_nodes + 1:
-                        raise _too_many(line, column, max_nodes)
-                    if event.anchor is not None:
-                        anchors[event.anchor] = opened
-                    stack.append(opened)
-                    continue
-                if event.anchor is not None and not isinstance(event, yaml.AliasEvent):
-                    anchors[event.anchor] = done
-                if merge_key:
-                    parent.children.append(None)  # type: ignore[union-attr]
-                    continue
-            else:
-                continue
-            if walk.decodes > max_nodes + 1:
-                raise _too_many(done.line, done.column, max_nodes)
-            if stack:
-                stack[-1].children.append(done)
-            else:
-                root = done
+                builder.start(event)
     except yaml.MarkedYAMLError as err:
         raise _syntax_error(err) from None
     except yaml.YAMLError as err:  # libyaml's reader: control characters, bad encoding
         raise _reader_error(err, text) from None
     finally:
         events.close()
-    if root is None:
-        return Document(None, 0)
-    return Document(root.value, walk.decodes, unsupported)
+    return builder.document()
+
+
+@dataclass
+class _Builder:
+    """Values built from the event stream as it comes, with go-yaml's counts and checks on the way."""
+
+    max_nodes: int
+    stack: list[_Open] = field(default_factory=list)
+    anchors: dict[str, _Open | _Done] = field(default_factory=dict)
+    unsupported: set[int] = field(default_factory=set)
+    walk: _Walk = field(default_factory=_Walk)
+    root: _Done | None = None
+
+    def start(self, event: Any) -> None:
+        """A scalar, an alias, or the start of a mapping or sequence."""
+        line, column = event.start_mark.line + 1, event.start_mark.column + 1
+        parent = self.stack[-1] if self.stack else None
+        if isinstance(event, yaml.AliasEvent):
+            done = _alias(event.anchor, self.anchors, line, column)
+            self.walk.step(1, done.size - 1, line, column)
+            self.place(done)
+            return
+        if isinstance(event, yaml.ScalarEvent):
+            done = _scalar_done(event, line, column)
+            if event.anchor is not None:
+                self.anchors[event.anchor] = done
+            if parent is not None and _expects_merge_key(parent, event):
+                parent.children.append(None)  # go-yaml merges the next value; it does not decode the key
+                return
+            self.walk.step(1, 0, line, column)
+            self.place(done)
+            return
+        kind = "seq" if isinstance(event, yaml.SequenceStartEvent) else "map"
+        merged = parent is not None and _expects_merge_value(parent) and kind == "seq"
+        opened = _Open(kind, line, column, counted=not merged)  # a merge's sequence is not decoded itself
+        if opened.counted:
+            self.walk.step(1, 0, line, column)
+            self._check_size(line, column)
+        if event.anchor is not None:
+            self.anchors[event.anchor] = opened
+        self.stack.append(opened)
+
+    def place(self, done: _Done) -> None:
+        self._check_size(done.line, done.column)
+        if self.stack:
+            self.stack[-1].children.append(done)
+        else:
+            self.root = done
+
+    def _check_size(self, line: int, column: int) -> None:
+        if self.walk.decodes > self.max_nodes + 1:  # + 1: the document node
+            raise _too_many(line, column, self.max_nodes)
+
+    def document(self) -> Document:
+        if self.root is None:
+            return Document(None, 0)
+        return Document(self.root.value, self.walk.decodes, self.unsupported)
 
 
 def _too_many(line: int, column: int, max_nodes: int) -> TooManyNodes:
