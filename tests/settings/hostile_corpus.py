@@ -199,6 +199,19 @@ def _nesting() -> list[Case]:
     cases.append(
         _text("block-nesting-1001", "".join(" " * i + f"k{i}:\n" for i in range(1001)), REFUSE, "depth")
     )
+    deep = "[" * 990 + "]" * 990  # in fields NVIDIA reads: each must be refused without deep recursion
+    known = {
+        "resources": f"sharing:\n  timeSlicing:\n    resources: {deep}\n",
+        "devices": f"sharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 2\n      devices: {deep}\n",
+        "sleepInterval": f"flags:\n  gfd:\n    sleepInterval: {deep}\n",
+        "channelIDs": f"imex:\n  channelIDs: {deep}\n",
+        "deviceListStrategy": f"flags:\n  plugin:\n    deviceListStrategy: {deep}\n",
+        "flags": f"flags: {deep}\n",
+        "version": f"version: {deep}\n",
+        "gpus": f"resources:\n  gpus: {deep}\n",
+    }
+    cases += [_text(f"deep-nesting-in-{name}", text, REFUSE) for name, text in known.items()]
+    cases.append(_text("nan-deep-inside", "x: " + "[" * 995 + ".nan" + "]" * 995 + "\n", REFUSE, "NaN"))
     return cases
 
 

@@ -90,16 +90,17 @@ class Document:
     _unsupported: set[int] = field(default_factory=set)  # ids of containers holding a NaN or an infinity
 
     def unsupported(self, value: Any) -> str | None:
-        """The first value JSON cannot carry inside `value` (NaN, +Inf, -Inf, as Go writes them), or None."""
-        if isinstance(value, float) and not math.isfinite(value):
-            return _go_float_name(value)
-        if id(value) not in self._unsupported:
-            return None
-        items = value.values() if isinstance(value, dict) else value
-        for item in items:
-            found = self.unsupported(item)
-            if found:
-                return found
+        """The first value JSON cannot carry inside `value` (NaN, +Inf, -Inf, as Go writes them), or None.
+
+        Walks only the containers marked as holding one, without recursion (nesting may be 1,000 deep).
+        """
+        pending = [value]
+        while pending:
+            item = pending.pop()
+            if isinstance(item, float) and not math.isfinite(item):
+                return _go_float_name(item)
+            if id(item) in self._unsupported:
+                pending.extend(item.values() if isinstance(item, dict) else item)
         return None
 
 

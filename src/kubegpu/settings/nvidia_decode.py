@@ -296,13 +296,18 @@ def go_json(value: Any, limit: int = 200) -> str:
 
 
 def go_number_value(raw: Any) -> Any:
-    """A JSON-able value as a later `json.Unmarshal` sees it: a float whose JSON text is an integer is one."""
+    """A value, or the items of a list, as a later `json.Unmarshal` sees them: a float whose JSON text is
+    an integer is one. One level only: NVIDIA's ReplicatedDevices reads no deeper."""
+    if isinstance(raw, list):
+        return [_integral(item) for item in raw]
+    return _integral(raw)
+
+
+def _integral(raw: Any) -> Any:
     if isinstance(raw, float) and math.isfinite(raw):
         text = go_json_number(raw)
         if text.lstrip("-").isdigit():
             return int(text)
-    if isinstance(raw, list):
-        return [go_number_value(item) for item in raw]
     return raw
 
 
