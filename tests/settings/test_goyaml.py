@@ -17,6 +17,7 @@ from kubegpu.settings.goyaml import (
     load,
     resolve_plain,
 )
+from kubegpu.settings.nvidia_config import ConfigError, parse_config_text
 
 # go-yaml v2 resolve.go on plain scalars (tag ""), as a Go program prints the decoded interface{}.
 RESOLVED = [
@@ -158,3 +159,25 @@ def test_keys_become_json_keys_as_sigs_yaml_writes_them() -> None:
 def test_values_behind_an_anchor_are_shared_not_copied() -> None:
     value = load("a: &a [1, 2]\nb: [*a, *a]\n").value
     assert value["b"][0] is value["a"] and value["b"][1] is value["a"]
+
+
+_PIECES = [*"ab01.-_:&*!<>[]{},|'\"#?~ \n\t", "yes", "0x", "<<", "!!int", "!!binary", "&a", "*a", "\n  "]
+yamlish = st.lists(st.sampled_from(_PIECES), max_size=40).map("".join)
+
+
+@given(yamlish)
+def test_any_text_is_a_document_or_go_yamls_error(text: str) -> None:
+    try:
+        document = load(text)
+    except GoYamlError as err:
+        assert "\n" not in str(err)
+    else:
+        assert document.nodes >= 0
+
+
+@given(yamlish)
+def test_any_text_is_a_config_or_a_one_line_config_error(text: str) -> None:
+    try:
+        parse_config_text(text)
+    except ConfigError as err:
+        assert "\n" not in str(err) and all("\n" not in p for p in err.problems)
