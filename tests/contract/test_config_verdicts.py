@@ -70,3 +70,15 @@ async def test_the_daemon_serves_what_config_check_accepts(tmp_path: Path, name:
         await node.wait_allocatable(devices, resource=next(iter(report["resources"])))
         assert await node.stop_plugin() == 0
     assert GPU_RESOURCE in report["resources"]
+
+
+async def test_a_reload_to_replicas_past_the_kubelet_limit_keeps_the_last_good_config(tmp_path: Path) -> None:
+    path = write(tmp_path, SHARED.format(4))
+    async with SimulatedNode("dgx-a100") as node:
+        node.start_plugin("--config-file", str(path))
+        await node.wait_allocatable(32)
+        path.write_text(SHARED.format(100_000))  # 800,000 devices: 52 MiB in one ListAndWatch message
+        await node.wait_log("over the 4 MiB the kubelet reads")  # refused before any device is built
+        assert node.sim.allocatable()[GPU_RESOURCE] == 32
+        assert node.plugin is not None and node.plugin.poll() is None
+        assert await node.stop_plugin() == 0
