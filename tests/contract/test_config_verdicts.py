@@ -82,3 +82,16 @@ async def test_a_reload_to_replicas_past_the_kubelet_limit_keeps_the_last_good_c
         assert node.sim.allocatable()[GPU_RESOURCE] == 32
         assert node.plugin is not None and node.plugin.poll() is None
         assert await node.stop_plugin() == 0
+
+
+async def test_the_config_watcher_keeps_watching_after_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    path = write(tmp_path, "version: v1\n")
+    async with SimulatedNode("dgx-a100") as node:
+        node.start_plugin("--config-file", str(path))
+        await node.wait_allocatable(8)
+        path.write_bytes(bytes(range(256)))  # garbage.bin over the watched file
+        await node.wait_log("is not UTF-8 text: byte 0x80 at offset 128")
+        path.write_text(SHARED.format(4))  # a valid file afterwards is picked up
+        await node.wait_allocatable(32)
+        assert "Traceback" not in node.plugin_log()
+        assert await node.stop_plugin() == 0
