@@ -9,14 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.settings.goyaml import (
-    GoYamlError,
-    TooManyNodes,
-    go_format_float32_g,
-    go_json_number,
-    load,
-    resolve_plain,
-)
+from kubegpu.settings.gotext import go_format_float32_g, go_json_number
+from kubegpu.settings.goyaml import GoYamlError, TooManyNodes, load, resolve_plain
 from kubegpu.settings.nvidia_config import ConfigError, parse_config_text
 
 # go-yaml v2 resolve.go on plain scalars (tag ""), as a Go program prints the decoded interface{}.

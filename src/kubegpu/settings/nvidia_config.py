@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.settings.goduration import format_go_duration
-from kubegpu.settings.goyaml import GoYamlError, TooManyNodes, preview
+from kubegpu.settings.gotext import preview
+from kubegpu.settings.goyaml import GoYamlError, TooManyNodes
 from kubegpu.settings.goyaml import load as load_yaml
 from kubegpu.settings.nvidia_decode import CONFIG, Decoded, decode_config
 from kubegpu.settings.nvidia_sharing import Imex, ReplicatedDevices, Resources, Sharing

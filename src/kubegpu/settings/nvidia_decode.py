@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubegpu.settings.goduration import parse_sleep_interval
-from kubegpu.settings.goyaml import Document, go_format_float32_g, go_json_number, preview
+from kubegpu.settings.gotext import go_format_float32_g, go_json_number, preview
+from kubegpu.settings.goyaml import Document
 
 # --- the types -------------------------------------------------------------------------------------------
 
