@@ -126,6 +126,7 @@ def main() -> int:
         "recovery_latency": ["--rounds", "2"],
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
+        "hostile_config_bench": ["--runs", "3"],
     }
     rows: list[Row] = []
     failed = False

@@ -108,7 +108,7 @@ def test_allocate_options_follow_the_settings(tmp_path: Path) -> None:
 def test_missing_imex_channel_is_skipped_or_fatal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     skipped = resolve(defaults(driver_root=str(tmp_path), imex_channel_ids=["0"]))
     assert allocate_options(skipped).imex_channels == ()
-    assert "Ignoring requested IMEX channel 0" in caplog.text
+    assert "Ignoring requested IMEX channel channel0" in caplog.text
     required = resolve(defaults(driver_root=str(tmp_path), imex_channel_ids=["0"], imex_required=True))
-    with pytest.raises(ImexChannelError, match="requested IMEX channel 0 does not exist"):
+    with pytest.raises(ImexChannelError, match=r"^requested IMEX channel channel0 does not exist"):
         allocate_options(required)

@@ -214,12 +214,16 @@ def test_xid_marks_every_replica_of_the_gpu() -> None:
          "devices set as 'not-all' but the only valid string input is 'all'"),
         ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: -2}]}}",
          "devices set as '-2' but a count of devices must be > 0"),
+        # NVIDIA prints "%v, %T" of the string it failed to read the item into: -1 is not a string, so "".
         ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: [-1]}]}}",
-         "unsupported type for device in devices list: -1, int"),
+         "unsupported type for device in devices list: , string"),
         ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: [GPU-UUID]}]}}",
-         "unsupported type for device in devices list: GPU-UUID, str"),
-        ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: 2.0}]}}",
-         "unrecognized type for devices spec: 2.0"),
+         "unsupported type for device in devices list: GPU-UUID, string"),
+        # 2.0 reaches NVIDIA as the JSON text 2 (a count); 2.5 stays 2.5.
+        ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: 2.5}]}}",
+         "unrecognized type for devices spec: 2.5"),
+        ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: {a: 1}}]}}",
+         'unrecognized type for devices spec: {"a":1}'),
         ("sharing: {timeSlicing: {resources: [{name: $invalid$, replicas: 2}]}}",
          "incorrect format for resource name 'nvidia.com/$invalid$'"),
         ("sharing: {timeSlicing: {resources: [{name: " + "a" * 60 + ", replicas: 2}]}}",
@@ -255,3 +259,12 @@ def test_resource_name_never_crashes(raw: str) -> None:
         assert "resource name" in str(err)
     else:
         assert name.startswith("nvidia.com/") and len(name) <= 63
+
+
+def test_a_float_count_that_json_writes_as_an_integer_is_a_count() -> None:
+    # go-yaml reads 2.0 as a float; sigs.k8s.io/yaml writes it as the JSON text 2, which NVIDIA's
+    # ReplicatedDevices reads as a count. So 2 of the 4 GPUs get replicas, as with `devices: 2`.
+    block = "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 3, devices: 2.0}]}}"
+    with_float = counts("t4-pcie", block, allow_resource_customization=True)
+    assert with_float == counts("t4-pcie", block.replace("2.0", "2"), allow_resource_customization=True)
+    assert sum(with_float.values()) == 2 * 3 + 2

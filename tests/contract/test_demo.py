@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -40,3 +41,57 @@ def test_demo_human_output_narrates_every_step() -> None:
         assert step in out.stdout
     assert "NVIDIA_VISIBLE_DEVICES=" in out.stdout
     assert "Got goaway" not in out.stderr
+
+
+# Every shipped profile but dgx-a100 (above), with its GPU count written out.
+WITH_GPUS = {"t4-pcie": 4, "dgx1-volta": 8, "hgx-h100": 8, "a100-mig": 4, "a100-mig-single": 2,
+             "a100-mig-invalid": 2}  # fmt: skip
+WITHOUT_DRIVER = {
+    "no-driver": "nvml init failed: Driver Not Loaded.",
+    "no-library": "nvml init failed: NVML Shared Library Not Found.",
+}
+
+
+def _demo(profile: str) -> tuple[int, str, str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "kubegpu", "demo", "--profile", profile, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out.returncode, out.stdout, out.stderr
+
+
+def test_demo_runs_on_every_shipped_profile() -> None:
+    profiles = [*WITH_GPUS, *WITHOUT_DRIVER]
+    # The demos mostly wait (recovery's quiet period): three at a time keeps the test short.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        outcomes = dict(zip(profiles, pool.map(_demo, profiles), strict=True))
+    for profile, gpus in WITH_GPUS.items():
+        code, stdout, stderr = outcomes[profile]
+        assert code == 0, f"{profile}: {stderr}"
+        results = json.loads(stdout)
+        assert results["gpus"] == gpus
+        assert len(results["allocated"]) == 2
+        assert results["allocatable_after_xid"] == gpus - 1
+        assert results["allocatable_after_restart"] == gpus - 1
+        assert results["allocatable_after_recovery"] == gpus
+        assert results["exit_code"] == 0 and results["sockets_left"] == []
+    for profile, error in WITHOUT_DRIVER.items():
+        code, stdout, stderr = outcomes[profile]
+        assert code == 0, f"{profile}: {stderr}"
+        results = json.loads(stdout)
+        assert results["gpus"] == 0
+        assert results["exit_code"] == 1  # failOnInitError=true: the plugin stops, saying why
+        assert results["error"].startswith(f"kubegpu: {error}")
+        assert results["capacity_without_driver"] == {}  # failOnInitError=false: up, advertising nothing
+        assert results["exit_code_waiting"] == 0
+
+
+def test_an_unknown_profile_is_one_line_and_exit_2() -> None:
+    code, stdout, stderr = _demo("no-such-profile")
+    assert code == 2 and stdout == ""
+    assert stderr.count("\n") == 1
+    assert stderr.startswith(
+        "Error: Invalid value for --profile: unknown fake NVML profile 'no-such-profile': use one of "
+    )

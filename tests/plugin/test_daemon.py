@@ -133,7 +133,7 @@ async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
             "dgx-a100",
             "version: v1\n",
             "version: v1\nimex:\n  channelIDs: [0]\n  required: true\n",
-            "requested IMEX channel 0 does not exist",
+            "requested IMEX channel channel0 does not exist",
             GPU,
             2,
             8,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,30 @@ def test_random_documents_give_a_config_or_a_clear_error(doc: dict[str, object])
     else:
         assert config.version == "v1"
         assert all(isinstance(w, str) for w in warnings)
+
+
+def test_the_start_up_dump_holds_no_unknown_keys(tmp_path: Path) -> None:
+    # NVIDIA's "Running with config:" is its Go structs: unknown keys, and anchors under them, never appear.
+    path = tmp_path / "c.yaml"
+    path.write_text("a: &a [x, x]\nb: [*a, *a]\nflags:\n  migStrategy: none\n  extra: [*a]\n")
+    settings = resolve(defaults(config_file=str(path)))
+    dump = json.loads(settings.log_json())
+    assert "a" not in dump and "b" not in dump and "extra" not in dump["flags"]
+    assert settings.warnings[:3] == (
+        "unknown config key a is ignored; check its spelling and where it belongs",
+        "unknown config key b is ignored; check its spelling and where it belongs",
+        "unknown config key flags.extra is ignored; check its spelling and where it belongs",
+    )
+
+
+def test_a_config_that_is_not_utf8_is_a_config_error_not_a_crash(tmp_path: Path) -> None:
+    # The daemon's config watcher catches ConfigError and keeps watching; a UnicodeDecodeError killed it.
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"version: v1\n# caf\xe9\n")
+    with pytest.raises(ConfigError) as err:
+        resolve(defaults(config_file=str(path)))
+    assert str(err.value) == (
+        f"unable to read config file {path}: is not UTF-8 text: byte 0xe9 at offset 17 (line 2, column 6) is "
+        "not valid UTF-8; save the config file as UTF-8 text (e.g. iconv -f latin1 -t utf-8); check "
+        "--config-file / CONFIG_FILE"
+    )

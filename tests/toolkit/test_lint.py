@@ -165,8 +165,9 @@ def test_names_the_api_server_refuses_are_not_extended_resources(name: str) -> N
 REFUSED_CONFIGS = [
     (
         '    - name: nvidia.com/gpu\n      replicas: "two"\n',
-        "sharing.timeSlicing.resources.0.replicas: Input should be a valid integer, unable to parse string "
-        'as an integer (got "two")',
+        # NVIDIA's text: encoding/json's error, with the context of the field holding the sharing block.
+        "sharing.timeSlicing.resources.0.replicas: json: cannot unmarshal string into Go struct field "
+        'Sharing.sharing.timeSlicing of type int (got "two")',
     ),
     (
         "    - name: nvidia.com/gpu\n",

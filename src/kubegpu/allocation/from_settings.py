@@ -49,7 +49,7 @@ def resource_options(settings: PluginSettings) -> ResourceOptions:
     minors_file = Path(settings.flags.nvidiaDriverRoot or "/") / "proc/driver/nvidia-caps/mig-minors"
     try:
         minors = parse_mig_minors(minors_file.read_text())
-    except OSError:
+    except (OSError, ValueError):  # missing, or not the driver's text
         minors = {}  # no MIG capability nodes: MIG devices get their parent's device node only
     return ResourceOptions(
         mig_strategy=settings.flags.migStrategy or "none",

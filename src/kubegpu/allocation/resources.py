@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kubegpu.allocation.device_ids import replica_id
+from kubegpu.allocation.message_size import MAX_LIST_AND_WATCH_BYTES, list_bytes, max_replicas, replicas_bytes
+from kubegpu.common.files import describe_size
 from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice
 from kubegpu.settings.nvidia_sharing import ReplicatedResource, Resources, SharingStrategy
 
@@ -254,10 +256,13 @@ def build_resources(inventory: Inventory, options: ResourceOptions | None = None
             target = entry.rename or entry.name or ""
             chosen_ids = {d.id for d in chosen}
             by_name[entry.name or ""] = [d for d in devices if d.id not in chosen_ids]
+            _check_fits(target, by_name.get(target, []), chosen, entry.replicas or 1)
             replicas = [r for d in chosen for r in replicate(d, entry.replicas or 1)]
             by_name.setdefault(target, []).extend(replicas)
             shared[target] = bool(block.failRequestsGreaterThanOne)
             replica_counts[target] = entry.replicas or 1
+    for name, devices in by_name.items():
+        _check_fits(name, devices, [], 0)
     return [
         Resource(
             name,
@@ -269,6 +274,23 @@ def build_resources(inventory: Inventory, options: ResourceOptions | None = None
         for name, devices in sorted(by_name.items())
         if devices
     ]
+
+
+def _check_fits(name: str, listed: Sequence[Device], chosen: Sequence[Device], replicas: int) -> None:
+    """Refuse, before building them, devices the kubelet could not read in one ListAndWatch message."""
+    used = list_bytes((len(d.id), d.numa_node) for d in listed)
+    added = sum(replicas_bytes(len(d.uuid), d.numa_node, replicas) for d in chosen)
+    if used + added <= MAX_LIST_AND_WATCH_BYTES:
+        return
+    count = len(listed) + len(chosen) * replicas
+    message = (
+        f"{name} would list {count} devices, {describe_size(used + added)} in one ListAndWatch message, over "
+        f"the {describe_size(MAX_LIST_AND_WATCH_BYTES)} the kubelet reads (gRPC's receive limit)"
+    )
+    if chosen:
+        fit = max_replicas(((len(d.uuid), d.numa_node) for d in chosen), MAX_LIST_AND_WATCH_BYTES - used)
+        message += f"; lower replicas to at most {fit} for {len(chosen)} device(s) on this node"
+    raise ResourceError(message)
 
 
 def resources_by_name(resources: Iterable[Resource]) -> dict[str, Resource]:

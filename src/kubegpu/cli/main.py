@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
+import logging
 import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 # gRPC's C core logs connection chatter (GOAWAY on shutdown, ...) to stderr at INFO; keep errors only.
@@ -25,12 +29,56 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy_commands])
 
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Every error is one line on stderr and a non-zero exit, never a traceback.
+
+        Usage errors exit 2 (click's convention, and the tools' "bad usage or input"); an unexpected
+        exception is a bug: one line naming it, exit 1 (with -v the traceback is logged too).
+        """
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.ClickException as err:
+            hint = ""
+            if isinstance(err, click.UsageError) and err.ctx is not None:
+                hint = f" (see '{err.ctx.command_path} --help')"
+            click.echo(f"Error: {' '.join(err.format_message().split())}{hint}", err=True)
+            sys.exit(err.exit_code)
+        except OSError as err:
+            if err.errno == errno.EPIPE:  # the reader of our output went away (| head)
+                sys.exit(1)
+            _internal_error(err)
+        except Exception as err:
+            _internal_error(err)
+        sys.exit(result if isinstance(result, int) else 0)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = self.lazy_commands.get(cmd_name)
         if target is None:
             return super().get_command(ctx, cmd_name)
         module_name, attribute = target.split(":")
         return getattr(importlib.import_module(module_name), attribute)
+
+
+def _internal_error(err: BaseException) -> None:
+    logging.getLogger("kubegpu").debug("traceback of the internal error", exc_info=err)
+    message = " ".join(str(err).split()) or "no message"
+    click.echo(
+        f"Error: internal error ({type(err).__name__}: {message}); please report it with the command line",
+        err=True,
+    )
+    sys.exit(1)
 
 
 @click.group(

@@ -17,13 +17,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from kubegpu.allocation.from_settings import resource_options
+from kubegpu.allocation.from_settings import allocate_options, resource_options
 from kubegpu.allocation.resources import ResourceError, build_resources
+from kubegpu.common.files import FileProblem, read_bytes
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
+from kubegpu.node.driverfiles import ImexChannelError
 from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.settings.env import NvmlSelection
 from kubegpu.settings.given import FlagValue
-from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.nvidia_config import CONFIG_FILE_LIMIT, ConfigError
 from kubegpu.settings.plugin import resolve
 from kubegpu.settings.report import Effective
 from kubegpu.settings.setting import CONFIG_CHECK
@@ -38,6 +40,12 @@ class CheckReport:
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     settings: tuple[Effective, ...] = ()
+    bad_input: bool = False  # FILE or --profile unusable: exit 2 (bad usage or input), not 1 (findings)
+
+    @property
+    def exit_code(self) -> int:
+        """0: the plugin would start; 1: it would not (the errors say why); 2: FILE or --profile unusable."""
+        return 2 if self.bad_input else 1 if self.errors else 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,17 +73,26 @@ def check(flags: dict[str, FlagValue], profile: str | None) -> CheckReport:
         backend = load_nvml(NvmlSelection.fake(profile) if profile else settings.env.nvml)
     except ValueError as err:  # an unknown or broken profile
         report.errors.append(str(err))
+        report.bad_input = profile is not None
         return report
     try:
         with nvml_session(backend.nvml):
             inventory = discover(backend)
     except backend.nvml.NVMLError as err:  # no driver or library here
         hint = "Use --profile to check against a fake node."
-        report.errors.append(f"cannot discover GPUs: {err}. {explain_nvml_error(err)} {hint}")
+        problem = f"cannot discover GPUs: {err}. {explain_nvml_error(err)} {hint}"
+        if settings.flags.failOnInitError is False:  # the daemon stays up and retries, as NVIDIA's does
+            report.warnings.append(f"{problem} (failOnInitError=false: the plugin would start and wait)")
+        else:
+            report.errors.append(problem)
+        return report
+    if not inventory.gpus:  # the daemon starts, advertises nothing and retries discovery
+        report.warnings.append("no GPUs found: the plugin would start, advertising nothing until GPUs appear")
         return report
     try:
+        allocate_options(settings)  # the daemon's next step: a required IMEX channel must exist here
         resources = build_resources(inventory, resource_options(settings))
-    except ResourceError as err:
+    except (ResourceError, ImexChannelError) as err:
         report.errors.append(str(err))
         return report
     for resource in resources:
@@ -89,7 +106,7 @@ def _node(profile: str | None) -> str:
 
 
 def render(report: CheckReport, console: Console) -> None:
-    console.print(f"config {report.config_file or '(none: defaults)'} on {report.node}")
+    console.print(f"config {report.config_file or '(none: defaults)'} on {report.node}", soft_wrap=True)
     if report.resources:
         table = Table("resource", "devices", "sharing", "device IDs (as the kubelet sees them)")
         for name, ids in report.resources.items():
@@ -103,9 +120,9 @@ def render(report: CheckReport, console: Console) -> None:
             settings.add_row(entry.setting.label, entry.text or '""', f"{entry.source} {entry.via}".strip())
         console.print(settings)
     for warning in report.warnings:
-        console.print(f"[yellow]warning[/yellow]: {warning}", highlight=False)
+        console.print(f"[yellow]warning[/yellow]: {warning}", highlight=False, soft_wrap=True)
     for error in report.errors:
-        console.print(f"[red]error[/red]: {error}", highlight=False)
+        console.print(f"[red]error[/red]: {error}", highlight=False, soft_wrap=True)
     if not report.errors:
         console.print("[green]OK[/green]: the plugin would start with this config")
 
@@ -136,14 +153,26 @@ def check_cmd(file: str, profile: str | None, as_json: bool, **params: Any) -> N
     from kubegpu.cli.params import given_values
 
     try:
+        read_bytes(file, limit=CONFIG_FILE_LIMIT, what="config file")
+    except FileProblem as err:
+        if isinstance(err.__cause__, OSError) or "not a regular file" in err.problem:  # cannot be read at all
+            report = CheckReport(config_file=file, node=_node(profile), errors=[str(err)], bad_input=True)
+            _show(report, as_json)
+    try:
         flags = given_values(params, CONFIG_CHECK)  # a bad flag or env var: the daemon would not start
     except ConfigError as err:
         report = CheckReport(config_file=file, node=_node(profile), errors=list(err.problems))
     else:
         flags["config-file"] = FlagValue(file, True, "--config-file")  # FILE takes the flag's place
         report = check(flags, profile)
+    _show(report, as_json)
+
+
+def _show(report: CheckReport, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
+    elif report.bad_input:
+        click.echo(f"error: {report.errors[0]}", err=True)
     else:
         render(report, Console())
-    sys.exit(1 if report.errors else 0)
+    sys.exit(report.exit_code)

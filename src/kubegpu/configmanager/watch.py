@@ -20,8 +20,8 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from kubegpu.common.backoff import Backoff
-from kubegpu.common.kubeclient import KubeconfigError, load_configuration
 from kubegpu.configmanager.errors import ConfigManagerError
+from kubegpu.settings.kubeconfig import KubeconfigError, load_configuration
 
 log = logging.getLogger("kubegpu.configmanager")
 

@@ -4,6 +4,11 @@ Everything is real except the hardware and the kubelet: the plugin is `kubegpu p
 on the fake NVML (`dgx-a100` unless told otherwise), talking v1beta1 over unix sockets to the kubelet
 simulator, which applies the real kubelet's rules. Faults are injected through the fake's state directory,
 exactly what `kubegpu fake-nvml inject` does. It all lives in a temp dir that is removed at the end.
+
+Every shipped profile works: the GPUs used are the profile's own (a 4-GPU node gets its XID on GPU 3); on
+a node whose driver or NVML library is missing (`no-driver`, `no-library`) the demo shows what the plugin
+does there instead: it stops with NVIDIA's error, or, with failOnInitError=false, stays up advertising
+nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.node.nvml.fake_state import StateDir
 from kubegpu.settings.env import NvmlSelection
 
-XID_GPU = 5
+PREFERRED_XID_GPU = 5  # on the 8-GPU profiles; smaller nodes use their last GPU
 # Short enough to watch: in production the quiet period is 60 s (KUBEGPU_RECOVERY_QUIET_SECONDS).
 DEMO_HEALTH_ENV = {"KUBEGPU_RECOVERY_QUIET_SECONDS": "1.5", "KUBEGPU_HEALTH_PROBE_SECONDS": "0.25"}
 
@@ -98,9 +103,14 @@ def _link_text(inventory: Inventory, a_uuid: str, b_uuid: str) -> str:
 
 async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any]:
     say = Narrator(console, quiet)
-    backend = load_nvml(NvmlSelection.fake(profile))
-    with nvml_session(backend.nvml):
-        inventory = discover(backend)
+    backend = load_nvml(NvmlSelection.fake(profile))  # ValueError for an unknown or broken profile
+    try:
+        with nvml_session(backend.nvml):
+            inventory = discover(backend)
+    except backend.nvml.NVMLError as err:
+        return await _without_gpus(profile, say, f"NVML cannot start here: {err}")
+    if not inventory.gpus:
+        return await _without_gpus(profile, say, "NVML finds no GPU")
     results: dict[str, Any] = {"profile": profile, "gpus": len(inventory.gpus)}
     say.say(
         Text.assemble(
@@ -111,7 +121,8 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
     )
     async with SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node:
         say.say(Text(f"work dir {node.root} (removed at the end)", style="dim"))
-        demo = _Demo(profile, node, inventory, say, results)
+        xid_gpu = min(PREFERRED_XID_GPU, len(inventory.gpus) - 1)
+        demo = _Demo(profile, node, inventory, say, results, xid_gpu=xid_gpu)
         await demo.start()
         await demo.allocate()
         await demo.xid()
@@ -121,6 +132,41 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
     say.say(
         Text("work dir removed. Try: kubegpu kubelet-sim --help, kubegpu fake-nvml profiles", style="dim")
     )
+    return results
+
+
+async def _without_gpus(profile: str, say: Narrator, why: str) -> dict[str, Any]:
+    """A node without a working driver: what the plugin does there, with and without failOnInitError."""
+    results: dict[str, Any] = {"profile": profile, "gpus": 0, "why": why}
+    say.say(
+        Text.assemble(
+            ("kubegpu demo: ", "bold"),
+            f"a simulated {profile} node: {why}. What the plugin does without a working driver:",
+        )
+    )
+    async with SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node:
+        say.section("Start the plugin (failOnInitError=true, NVIDIA's default)")
+        say.command(f"KUBEGPU_FAKE_NVML={profile} kubegpu plugin --kubelet-socket {node.kubelet_socket}")
+        node.start_plugin()
+        code = await node.wait_plugin_exit()
+        error = next((line for line in node.plugin_log().splitlines() if " ERROR " in line), "")
+        results["exit_code"] = code
+        results["error"] = error.split(" ERROR ", 1)[-1]
+        say.say(f"the plugin exits with code {code} and says why; the DaemonSet restarts it (CrashLoop)")
+        say.say(Text(error, style="red"))
+        node.plugin = None
+        say.section("The same with failOnInitError=false: the plugin stays up and waits")
+        say.command(f"kubegpu plugin --fail-on-init-error=false --kubelet-socket {node.kubelet_socket}")
+        node.start_plugin("--fail-on-init-error=false")
+        await node.wait_log("No devices found. Waiting indefinitely.")
+        results["capacity_without_driver"] = node.sim.capacity()
+        say.say(
+            "it logs 'No devices found. Waiting indefinitely.', registers nothing and retries discovery; "
+            f"the node's capacity stays {results['capacity_without_driver'] or 'empty'}"
+        )
+        say.section("Clean exit")
+        results["exit_code_waiting"] = await node.stop_plugin(signal.SIGTERM)
+        say.say(f"plugin exited with code {results['exit_code_waiting']}")
     return results
 
 
@@ -136,6 +182,7 @@ class _Demo:
     holders: dict[str, str] = field(default_factory=dict)  # device ID -> pod/container holding it
     xid_seen: SimEvent | None = None  # when the kubelet saw the XID GPU turn Unhealthy
     restart_mark: int = 0  # the simulator's event sequence number just before the kubelet restart
+    xid_gpu: int = PREFERRED_XID_GPU  # the position in the inventory of the GPU that gets the XID
 
     async def start(self) -> None:
         node, say, results = self.node, self.say, self.results
@@ -156,9 +203,10 @@ class _Demo:
 
     async def allocate(self) -> None:
         node, say, inventory = self.node, self.say, self.inventory
-        say.section("A pod asks for 2 GPUs")
-        say.say("pod train, container main: resources.limits: {nvidia.com/gpu: 2}")
-        allocation = await node.sim.admit(Pod("train", containers=[Container("main", {GPU_RESOURCE: 2})]))
+        count = min(2, len(inventory.gpus))
+        say.section(f"A pod asks for {count} GPU{'s' if count > 1 else ''}")
+        say.say(f"pod train, container main: resources.limits: {{nvidia.com/gpu: {count}}}")
+        allocation = await node.sim.admit(Pod("train", containers=[Container("main", {GPU_RESOURCE: count})]))
         main = allocation.containers["main"]
         chosen = list(main.devices[GPU_RESOURCE])
         preferred = node.sim.rpc_calls("GetPreferredAllocation")[-1]
@@ -173,7 +221,8 @@ class _Demo:
             f"kubelet -> plugin GetPreferredAllocation({len(request.available_deviceIDs)} available, size "
             f"{request.allocation_size}) -> " + ", ".join(f"GPU {g.index}" for g in answer if g is not None)
         )
-        say.say(_link_text(inventory, chosen[0], chosen[1]))
+        if len(chosen) > 1:
+            say.say(_link_text(inventory, chosen[0], chosen[1]))
         envs = main.run_options.envs if main.run_options else {}
         say.say(
             Text.assemble(
@@ -189,11 +238,12 @@ class _Demo:
 
     async def xid(self) -> None:
         node, say, results = self.node, self.say, self.results
-        say.section(f"GPU {XID_GPU} reports XID 79: it has fallen off the bus")
-        say.command(f"kubegpu fake-nvml inject --gpu {XID_GPU} --xid 79")
+        gpu = self.inventory.gpus[self.xid_gpu].index
+        say.section(f"GPU {gpu} reports XID 79: it has fallen off the bus")
+        say.command(f"kubegpu fake-nvml inject --gpu {gpu} --xid 79")
         mark = node.sim.last_seq
         injected = time.monotonic()
-        StateDir(node.state_dir).inject_xid(XID_GPU, 79)
+        StateDir(node.state_dir).inject_xid(gpu, 79)
         bad = self._xid_uuid
         self.xid_seen = seen = await node.sim.wait_for_event(
             EventKind.DEVICES_UPDATED,
@@ -204,7 +254,7 @@ class _Demo:
         )
         results["xid_to_unhealthy_ms"] = round((seen.time - injected) * 1e3, 1)
         say.say(
-            f"the kubelet saw GPU {XID_GPU} Unhealthy {results['xid_to_unhealthy_ms']} ms after the XID; "
+            f"the kubelet saw GPU {gpu} Unhealthy {results['xid_to_unhealthy_ms']} ms after the XID; "
             f"allocatable drops to {node.sim.allocatable()[GPU_RESOURCE]}"
         )
         say.say(_node_table(node))
@@ -225,14 +275,14 @@ class _Demo:
         results["allocatable_after_restart"] = node.sim.allocatable()[GPU_RESOURCE]
         say.say(
             f"plugin noticed (inotify), served a fresh socket and registered again: devices listed "
-            f"{results['kubelet_restart_to_registered_ms']} ms after the restart, GPU {XID_GPU} still "
-            f"Unhealthy (allocatable {results['allocatable_after_restart']})"
+            f"{results['kubelet_restart_to_registered_ms']} ms after the restart, GPU {self._xid_index} "
+            f"still Unhealthy (allocatable {results['allocatable_after_restart']})"
         )
 
     async def recovery(self) -> None:
         node, say, results = self.node, self.say, self.results
         assert self.xid_seen is not None
-        say.section(f"GPU {XID_GPU} recovers by itself")
+        say.section(f"GPU {self._xid_index} recovers by itself")
         quiet = DEMO_HEALTH_ENV["KUBEGPU_RECOVERY_QUIET_SECONDS"]
         say.say(
             f"XID 79 calls for a GPU reset, so the plugin probes the GPU once no critical XID has arrived "
@@ -250,9 +300,9 @@ class _Demo:
         results["recovered_after_s"] = round(recovered.time - self.xid_seen.time, 2)
         results["allocatable_after_recovery"] = node.sim.allocatable()[GPU_RESOURCE]
         say.say(
-            f"GPU {XID_GPU} is Healthy again {results['recovered_after_s']} s after the XID: allocatable "
-            f"{results['allocatable_after_recovery']}. NVIDIA's plugin keeps it out until someone "
-            "restarts the plugin."
+            f"GPU {self._xid_index} is Healthy again {results['recovered_after_s']} s after the XID: "
+            f"allocatable {results['allocatable_after_recovery']}. NVIDIA's plugin keeps it out until "
+            "someone restarts the plugin."
         )
         say.say(_gpu_table(node, self.inventory, self.holders))
 
@@ -271,7 +321,11 @@ class _Demo:
 
     @property
     def _xid_uuid(self) -> str:
-        return self.inventory.gpus[XID_GPU].uuid
+        return self.inventory.gpus[self.xid_gpu].uuid
+
+    @property
+    def _xid_index(self) -> int:
+        return self.inventory.gpus[self.xid_gpu].index
 
 
 @click.command("demo")
@@ -289,6 +343,10 @@ def demo_cmd(profile: str, as_json: bool) -> None:
     NVML and talks to the kubelet simulator over unix sockets in a temp dir, which is removed afterwards.
     """
     console = Console(highlight=False)
+    try:
+        load_nvml(NvmlSelection.fake(profile))
+    except ValueError as err:  # an unknown profile, or a profile file that cannot be used
+        raise click.BadParameter(str(err), param_hint="--profile") from None
     results = asyncio.run(run_demo(profile, console, quiet=as_json))
     if as_json:
         click.echo(json.dumps(results, indent=2))

@@ -129,6 +129,15 @@ class SimulatedNode:
         assert self.plugin is not None
         return await asyncio.wait_for(asyncio.to_thread(self.plugin.wait), timeout)
 
+    async def wait_log(self, text: str, timeout: float = 20.0) -> None:
+        """Wait until the plugin's log holds `text` (a line it writes once, e.g. at start-up)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.plugin_log():
+            if time.monotonic() > deadline:
+                log = self.plugin_log()
+                raise TimeoutError(f"the plugin did not log {text!r} within {timeout} s:\n{log}")
+            await asyncio.sleep(0.05)
+
     def plugin_log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

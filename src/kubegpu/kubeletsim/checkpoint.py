@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubegpu.common.files import write_atomic
+from kubegpu.common.files import MIB, FileProblem, read_text_file, write_atomic
+
+CHECKPOINT_LIMIT = 64 * MIB  # the kubelet's checkpoint is KBs; a larger file is not one
 
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"
 NO_NUMA_NODE = -1  # NUMA key under which devices without topology are recorded
@@ -87,8 +89,11 @@ def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> None:
 
 def read_checkpoint(directory: Path) -> Checkpoint | None:
     """The checkpoint in `directory`, None when there is none. ValueError when it cannot be parsed."""
-    try:
-        text = (directory / CHECKPOINT_FILE).read_text()
-    except FileNotFoundError:
+    path = directory / CHECKPOINT_FILE
+    if not path.exists():
         return None
+    try:
+        text = read_text_file(path, limit=CHECKPOINT_LIMIT, what="checkpoint")
+    except FileProblem as err:
+        raise ValueError(str(err)) from err
     return from_json(text)

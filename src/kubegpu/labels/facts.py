@@ -21,6 +21,7 @@ from typing import Any
 
 import pynvml
 
+from kubegpu.common.files import FileProblem, read_bytes
 from kubegpu.labels.errors import LabelError
 from kubegpu.labels.vgpu import VgpuInfo, find_vgpus
 from kubegpu.node.inventory import Inventory
@@ -80,9 +81,10 @@ def read_machine_type(path: str) -> str | None:
     if not path:
         return None
     try:
-        return Path(path).read_text(errors="replace").strip()
-    except OSError as err:
-        log.warning("Error getting machine type from %s: %s", path, err)
+        # A DMI name is a few bytes; reading at most 64 KiB keeps a wrong path (/dev/zero) harmless.
+        return read_bytes(path, limit=64 * 1024, what="machine type file").decode("utf-8", "replace").strip()
+    except FileProblem as err:
+        log.warning("Error getting machine type from %s", err)
         return None
 
 

@@ -1,7 +1,7 @@
 """The API server connection of `kubegpu labels`: GFD's Kubernetes client flags on the official client.
 
 `connect` builds an ApiClient from `--kubeconfig` (a path), or from the pod's service account when it is
-empty, as GFD does (`kubegpu.common.kubeclient`); `RateLimiter` is client-go's token bucket behind
+empty, as GFD does (`kubegpu.settings.kubeconfig`); `RateLimiter` is client-go's token bucket behind
 `--kube-api-qps` / `--kube-api-burst`; `describe_failure` turns what the client raises into one line: the
 cause, without urllib3's nesting.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kubegpu.common.kubeclient import KubeconfigError, load_configuration
 from kubegpu.settings.choices import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
+from kubegpu.settings.kubeconfig import KubeconfigError, load_configuration
 
 # A connection that hangs (a dead node on the path, a black-holed route) must not stall the labeller for
 # the kernel's TCP timeout: (connect, read) seconds for every request.

@@ -81,7 +81,7 @@ def host_driver(capability: bytes) -> tuple[str, str] | None:
 def _read_device(device: Path) -> VgpuInfo | None:
     try:
         vendor = (device / "vendor").read_text().strip()
-    except OSError:
+    except (OSError, ValueError):
         return None  # not a PCI function we can identify; certainly not one of ours
     if vendor != NVIDIA_VENDOR:
         return None

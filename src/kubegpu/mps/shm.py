@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.node import mps_control as control
 
 log = logging.getLogger(__name__)
@@ -28,9 +29,9 @@ Runner = Callable[[Sequence[str]], object]
 def shm_size(meminfo: Path = PROC_MEMINFO) -> str:
     """Half of MemTotal with the first letter of its unit (`8158148k`); FALLBACK_SIZE when unreadable."""
     try:
-        text = meminfo.read_text()
-    except OSError as err:
-        log.error("failed to open %s, using %s: %s", meminfo, FALLBACK_SIZE, err)
+        text = read_text_file(meminfo, limit=MIB, what="meminfo file")
+    except FileProblem as err:
+        log.error("failed to read %s, using %s", err, FALLBACK_SIZE)
         return FALLBACK_SIZE
     for line in text.splitlines():
         if not line.startswith("MemTotal:"):
@@ -63,8 +64,8 @@ def _unescape(field: str) -> str:
 def is_mount_point(path: Path, mountinfo: Path = PROC_MOUNTINFO) -> bool:
     """Whether something is mounted at `path` (the kernel's table, so bind mounts count too)."""
     try:
-        lines = mountinfo.read_text().splitlines()
-    except OSError:
+        lines = read_text_file(mountinfo, limit=64 * MIB, what="mount table").splitlines()
+    except FileProblem:
         return path.is_mount()
     target = str(path.absolute())
     return any(len(f) > 4 and _unescape(f[4]) == target for f in (line.split() for line in lines))

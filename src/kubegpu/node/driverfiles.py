@@ -99,11 +99,11 @@ def imex_channels(channel_ids: Sequence[int], dev_root: str, required: bool) -> 
             found.append(channel)
         elif required:
             raise ImexChannelError(
-                f"requested IMEX channel {channel} does not exist: no {path}; create it (the IMEX daemon "
-                "or nvidia-modprobe does) or drop --imex-required"
+                f"requested IMEX channel channel{channel} does not exist (no {path}); create it (the IMEX "
+                "daemon or nvidia-modprobe does) or drop --imex-required"
             )
         else:
-            log.warning("Ignoring requested IMEX channel %s (does not exist: no %s)", channel, path)
+            log.warning("Ignoring requested IMEX channel channel%s (does not exist: no %s)", channel, path)
     return tuple(found)
 
 

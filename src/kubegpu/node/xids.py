@@ -17,7 +17,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.settings.env import DaemonEnv
+from kubegpu.settings.goyaml import GoYamlError
+from kubegpu.settings.goyaml import load as load_yaml
 from kubegpu.settings.table import DISABLE_HEALTHCHECKS_ENV, ENABLE_HEALTHCHECKS_ENV, XID_ACTIONS_ENV
 from kubegpu.settings.values import XidList
 
@@ -113,6 +116,9 @@ class XidCatalogError(ValueError):
     pass
 
 
+XID_CATALOG_LIMIT = MIB  # mounted from a ConfigMap, like the config file
+
+
 def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
     """The built-in catalog, or a user's file in the same shape (which extends and overrides it)."""
     builtin = _Catalog.model_validate(
@@ -121,14 +127,26 @@ def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
     if path is None:
         return builtin.xids
     try:
-        user = _Catalog.model_validate(yaml.safe_load(path.read_text()) or {"xids": {}})
-    except (OSError, yaml.YAMLError, ValidationError) as err:
+        text = read_text_file(path, limit=XID_CATALOG_LIMIT, what="XID actions file")
+        user = _Catalog.model_validate(load_yaml(text).value or {"xids": {}})
+    except (FileProblem, GoYamlError, ValidationError) as err:
         raise XidCatalogError(
-            f"invalid XID actions file {path} ({XID_ACTIONS_ENV}): {err}; expected e.g. "
+            f"invalid XID actions file {path} ({XID_ACTIONS_ENV}): {_one_line(err)}; expected e.g. "
             "'xids: {48: {action: reset_gpu, meaning: double-bit ECC error}}' with actions "
             f"{', '.join(a.value for a in XidAction)}"
         ) from err
     return {**builtin.xids, **user.xids}
+
+
+def _one_line(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in err.errors()
+        )
+    if isinstance(err, GoYamlError) and err.line:
+        return f"{err} (line {err.line}, column {err.column})"
+    return str(err)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 import sys
 from typing import Any
 
@@ -45,4 +47,24 @@ def plugin_cmd(verbose: bool, **params: Any) -> None:
     except StartupError as err:
         log.error("%s", err)
         sys.exit(1)
+    except OSError as err:  # the HTTP endpoint (or the plugin directory) cannot be set up
+        log.error("%s", start_failure(err, settings))
+        sys.exit(1)
     sys.exit(code)
+
+
+def start_failure(err: OSError, settings: PluginSettings) -> str:
+    """One line for an OSError at start, naming the setting to change where one is to blame."""
+    where = f"{settings.http_address or '*'}:{settings.http_port}"
+    if isinstance(err, socket.gaierror):
+        return (
+            f"cannot serve the HTTP endpoint on {where}: the address {settings.http_address!r} does not "
+            f"resolve ({err.strerror}); set --http-address (KUBEGPU_HTTP_ADDRESS) to an IP address of "
+            "this node"
+        )
+    if err.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES) and settings.http_port:
+        return (
+            f"cannot serve the HTTP endpoint on {where}: {err.strerror}; choose another --http-port "
+            "(KUBEGPU_HTTP_PORT) or --http-address, or stop what holds it"
+        )
+    return f"cannot start: {err.strerror or err} ({err.filename or 'no file'})"

@@ -1,25 +1,35 @@
 """NVIDIA's v1 config file: its schema, parsing, and the post-processing NVIDIA applies.
 
-Unknown keys are kept and reported as warnings that say where a misplaced key belongs; the `resources`,
-`sharing` and `imex` blocks live in `nvidia_sharing`.
+The file is read as NVIDIA reads it: at most CONFIG_FILE_LIMIT bytes, YAML as go-yaml v2 decodes it
+(`goyaml`), typed as Go's encoding/json types it into NVIDIA's structs (`nvidia_decode`), then checked by
+this model with NVIDIA's texts. Unknown keys are reported as warnings that say where a misplaced key
+belongs; the `resources`, `sharing` and `imex` blocks live in `nvidia_sharing`.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
+import functools
 import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from kubegpu.common.files import MIB, FileProblem, read_text_file
+from kubegpu.settings.goduration import format_go_duration
+from kubegpu.settings.gotext import preview
+from kubegpu.settings.goyaml import GoYamlError, TooManyNodes
+from kubegpu.settings.goyaml import load as load_yaml
+from kubegpu.settings.nvidia_decode import CONFIG, Decoded, decode_config
 from kubegpu.settings.nvidia_sharing import Imex, ReplicatedDevices, Resources, Sharing
 
-# libyaml's loader when the wheel has it: ~10x faster than the pure-Python one, same results.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A ConfigMap holds at most 1 MiB (Kubernetes' MaxSecretSize, which ConfigMap validation also applies), and
+# the config reaches the plugin through one: anything larger is not the config.
+CONFIG_FILE_LIMIT = MIB
+# Unknown keys listed one by one in the warnings; the rest are counted (a flood of keys is one line more).
+MAX_KEY_WARNINGS = 20
 
 
 class ConfigError(ValueError):
@@ -31,8 +41,8 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    # NVIDIA ignores unknown keys; we keep them (extra="allow") so we can warn about each by name.
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # Unknown keys never get here: nvidia_decode drops them (as NVIDIA ignores them) and lists them.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
 
 class PluginFlags(_Model):
@@ -60,9 +70,21 @@ class PluginFlags(_Model):
 class GfdFlags(_Model):
     oneshot: bool | None = None
     noTimestamp: bool | None = None
-    sleepInterval: Any = None
+    sleepInterval: int | None = None  # nanoseconds (NVIDIA's Duration); INFINITE for "infinite"
     outputFile: str | None = None
     machineTypeFile: str | None = None
+
+    @field_validator("sleepInterval")
+    @classmethod
+    def _positive(cls, value: int | None) -> int | None:
+        # NVIDIA parses a negative or zero interval and GFD then relabels without pause, rewriting its file
+        # as fast as it can; kubegpu refuses it here, so the plugin, GFD and `config check` agree.
+        if value is not None and value <= 0:
+            raise ValueError(
+                f"sleepInterval {format_go_duration(value)} is not positive: GFD would relabel without "
+                "pause; use a duration such as 60s, or infinite"
+            )
+        return value
 
 
 class Flags(_Model):
@@ -93,26 +115,34 @@ class Config(_Model):
 def load_config_file(path: str | Path) -> tuple[Config, list[str]]:
     """Parse a v1 config file; returns the config and warnings (unknown keys). Raises ConfigError."""
     try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise ConfigError(
-            f"unable to read config file {path}: {err.strerror}; check --config-file / CONFIG_FILE"
-        ) from err
+        text = read_text_file(path, limit=CONFIG_FILE_LIMIT, what="config file")
+    except FileProblem as err:
+        fix = "check --config-file / CONFIG_FILE"
+        if "UTF-8" in err.problem:
+            fix = f"{err.fix}; {fix}"
+        elif "limit" in err.problem:
+            fix = f"a config fits in a ConfigMap (1 MiB); {fix} names the config, not another file"
+        raise ConfigError(f"unable to read config file {path}: {err.problem}; {fix}") from err
     return parse_config_text(text, str(path))
 
 
 def parse_config_text(text: str, source: str = "<config>") -> tuple[Config, list[str]]:
+    """NVIDIA's parse of the config text (see the module docstring). Raises ConfigError."""
     try:
-        raw = yaml.load(text, Loader=_YAML_LOADER) if text.strip() else {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"unable to parse config file {source}: error parsing config file: {err}") from err
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            f"unable to parse config file {source}: error parsing config file: "
-            f"expected a mapping with 'version' and 'flags', got {type(raw).__name__}"
-        )
+        document = load_yaml(text)
+    except GoYamlError as err:
+        raise ConfigError(_yaml_problem(err, source)) from err
+    decoded = decode_config(document, CONFIG)
+    if decoded.problems:
+        problems = decoded.problems
+        if document.value is not None and not isinstance(document.value, dict):
+            got = "a list" if isinstance(document.value, list) else preview(document.value, 40)
+            raise ConfigError(
+                f"unable to parse config file {source}: error parsing config file: "
+                f"{problems[0].split(' (got ')[0]} (expected a mapping with 'version' and 'flags', got {got})"
+            )
+        raise ConfigError(f"invalid config file {source}: {'; '.join(problems)}", problems)
+    raw = decoded.value
     version = raw.get("version")
     if version not in (None, "", "v1"):
         raise ConfigError(
@@ -124,7 +154,18 @@ def parse_config_text(text: str, source: str = "<config>") -> tuple[Config, list
     except ValidationError as err:
         problems = _describe(err)
         raise ConfigError(f"invalid config file {source}: {'; '.join(problems)}", problems) from err
-    return config, unknown_keys(config)
+    return config, key_warnings(decoded)
+
+
+def _yaml_problem(err: GoYamlError, source: str) -> str:
+    where = f" (at line {err.line}, column {err.column} of {source})" if err.line else ""
+    if isinstance(err, TooManyNodes):
+        fix = "a device plugin config has a few hundred; check that this is the config file"
+    elif "alias" in str(err) or "anchor" in str(err):
+        fix = "write the values out instead of nesting anchors and aliases"
+    else:
+        fix = "fix the YAML there (indentation, a missing ':' or an unclosed quote or bracket)"
+    return f"unable to parse config file {source}: error parsing config file: {err}{where}; {fix}"
 
 
 def _describe(err: ValidationError) -> list[str]:
@@ -132,8 +173,30 @@ def _describe(err: ValidationError) -> list[str]:
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {msg} (got {json.dumps(e.get('input'), default=str)})")
+        parts.append(f"{where}: {msg} (got {preview(e.get('input'))})")
     return parts
+
+
+def key_warnings(decoded: Decoded) -> list[str]:
+    """Warnings for keys NVIDIA reads differently from how they are written, or ignores."""
+    out = [
+        f"config key {written} is read as {meant} (NVIDIA matches these keys ignoring case); "
+        f"write it as {meant.rsplit('.', 1)[-1]}"
+        for written, meant in decoded.folded[:MAX_KEY_WARNINGS]
+    ]
+    unknown = decoded.unknown
+    out.extend(
+        f"unknown config key {path} is ignored; {_hint(path.rsplit('.', 1)[-1])}"
+        for path in unknown[:MAX_KEY_WARNINGS]
+    )
+    if len(unknown) > MAX_KEY_WARNINGS:
+        out.append(f"{len(unknown) - MAX_KEY_WARNINGS} more unknown config keys are ignored (not listed)")
+    return out
+
+
+@functools.cache
+def _known_paths() -> dict[str, list[str]]:
+    return _schema_paths(Config)
 
 
 def _schema_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[str]]:
@@ -150,31 +213,15 @@ def _schema_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[st
     return out
 
 
+@functools.lru_cache(maxsize=1024)  # bounded: keys come from files, reload after reload
 def _hint(key: str) -> str:
-    known = _schema_paths(Config)
+    known = _known_paths()
     if key in known:
         return f"it belongs at {' or '.join(known[key])}"
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
     if close:
         return f"did you mean {close[0]} ({' or '.join(known[close[0]])})?"
     return "check its spelling and where it belongs"
-
-
-def unknown_keys(config: BaseModel, prefix: str = "") -> list[str]:
-    """Warnings for keys NVIDIA would silently ignore, each saying where the key probably belongs."""
-    out = [
-        f"unknown config key {prefix}{key!s} is ignored; {_hint(str(key))}"
-        for key in (config.model_extra or {})
-    ]
-    for name in type(config).model_fields:
-        value = getattr(config, name)
-        if isinstance(value, BaseModel):
-            out.extend(unknown_keys(value, f"{prefix}{name}."))
-        elif isinstance(value, list):
-            for i, item in enumerate(value):
-                if isinstance(item, BaseModel):
-                    out.extend(unknown_keys(item, f"{prefix}{name}[{i}]."))
-    return out
 
 
 def apply_nvidia_restrictions(config: Config, allow_customization: bool) -> list[str]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from kubegpu.settings.nvidia_decode import go_json
+
 RESOURCE_PREFIX = "nvidia.com"
 MAX_RESOURCE_NAME = 63
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -73,38 +75,42 @@ class ReplicatedDevices(BaseModel):
 
     @classmethod
     def parse(cls, raw: Any) -> ReplicatedDevices:
-        """From the file's value: "all", a positive count, or a list of device references."""
+        """NVIDIA's ReplicatedDevices.UnmarshalJSON on the JSON value: "all", a count, or device references.
+
+        Tried in NVIDIA's order: a string (JSON null reads as ""), an integer, a list whose items are
+        integers >= 0 (null reads as 0) or strings naming a device.
+        """
         if isinstance(raw, ReplicatedDevices):
             return raw
-        if isinstance(raw, str):
-            if raw != "all":
-                raise ValueError(f"devices set as '{raw}' but the only valid string input is 'all'")
+        if raw is None or isinstance(raw, str):
+            text = raw or ""
+            if text != "all":
+                raise ValueError(f"devices set as '{text}' but the only valid string input is 'all'")
             return cls(all=True)
-        if isinstance(raw, bool):
-            raise ValueError(f"unrecognized type for devices spec: {str(raw).lower()}")
-        if isinstance(raw, int):
+        if isinstance(raw, int) and not isinstance(raw, bool) and -(1 << 63) <= raw < (1 << 63):
             if raw <= 0:
                 raise ValueError(f"devices set as '{raw}' but a count of devices must be > 0")
             return cls(count=raw)
         if isinstance(raw, list):
-            ids = []
-            for item in raw:
-                if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
-                    ids.append(str(item))  # bare uints are normalised to strings, as NVIDIA does
-                elif isinstance(item, str) and valid_device_reference(item):
-                    ids.append(item)
-                else:
-                    kind = type(item).__name__
-                    raise ValueError(f"unsupported type for device in devices list: {item}, {kind}")
-            return cls(ids=tuple(ids))
-        raise ValueError(f"unrecognized type for devices spec: {raw}")
+            return cls(ids=tuple(_device_reference(item) for item in raw))
+        raise ValueError(f"unrecognized type for devices spec: {go_json(raw)}")
 
     def describe(self) -> Any:
         return "all" if self.all else self.count if self.count is not None else list(self.ids)
 
 
+def _device_reference(item: Any) -> str:
+    if item is None or (isinstance(item, int) and not isinstance(item, bool) and 0 <= item < (1 << 64)):
+        index = item or 0
+        return str(index - (1 << 64) if index >= (1 << 63) else index)  # NVIDIA's strconv.Itoa(int(uint))
+    text = item if isinstance(item, str) else ""  # NVIDIA prints the string it failed to read: empty
+    if text and valid_device_reference(text):
+        return text
+    raise ValueError(f"unsupported type for device in devices list: {text}, string")
+
+
 class ReplicatedResource(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
     name: str | None = None
     rename: str | None = None
     devices: ReplicatedDevices = ReplicatedDevices(all=True)
@@ -117,10 +123,11 @@ class ReplicatedResource(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ReplicatedResource:
-        if not self.name:
+        # NVIDIA reads a present key even when empty or null: `name: ""` is a bad name, not a missing one.
+        if self.name is None:
             raise ValueError("no resource name specified")
         self.name = resource_name(self.name)
-        if self.rename:
+        if self.rename is not None:
             self.rename = resource_name(self.rename)
         if self.replicas is None:
             raise ValueError("no replicas specified")
@@ -132,7 +139,7 @@ class ReplicatedResource(BaseModel):
 class SharingStrategy(BaseModel):
     """`sharing.timeSlicing` or `sharing.mps`."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
     renameByDefault: bool = False
     failRequestsGreaterThanOne: bool | None = None
     resources: list[ReplicatedResource] | None = None
@@ -153,7 +160,7 @@ class SharingStrategy(BaseModel):
 
 
 class Sharing(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
     timeSlicing: SharingStrategy | None = None
     mps: SharingStrategy | None = None
 
@@ -167,28 +174,28 @@ class Sharing(BaseModel):
 
 
 class ResourcePattern(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
     pattern: str | None = None
     name: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ResourcePattern:
-        if not self.pattern:
+        if self.pattern is None:
             raise ValueError("resources must have a 'pattern' field set")
-        if not self.name:
+        if self.name is None:
             raise ValueError("resources must have a 'name' field set")
         self.name = resource_name(self.name)
         return self
 
 
 class Resources(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
     gpus: list[ResourcePattern] = []
     mig: list[ResourcePattern] = []
 
 
 class Imex(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
     channelIDs: list[int] | None = None
     required: bool | None = None
 

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import click
 
+from kubegpu.common.files import MIB, FileProblem, decode_text, read_text_file
 from kubegpu.toolkit import render
 from kubegpu.toolkit.cluster_facts import ClusterFacts
 from kubegpu.toolkit.findings import exit_code as findings_exit_code
@@ -30,6 +31,9 @@ from kubegpu.toolkit.model import DaemonSet, Pod
 from kubegpu.toolkit.snapshot import Snapshot, SnapshotError, load_snapshot
 
 USAGE_ERROR = 2
+# A manifest file (or standard input) is read up to this size: all of a cluster's manifests in one file are
+# tens of MB; this stops a wrong file, not a real one.
+MANIFEST_LIMIT = 256 * MIB
 
 
 def _fail(message: str) -> NoReturn:
@@ -138,16 +142,17 @@ def lint_files(
     `namespace` fills in objects that name none (kubectl apply -n)."""
     manifests = Manifests()
     for name in files:
-        if name == "-":
-            parse_text(sys.stdin.read(), "<stdin>", manifests)
-            continue
         try:
-            text = Path(name).read_text(encoding="utf-8")
-        except OSError as exc:
-            _fail(f"cannot read {name}: {exc.strerror}")
-        except UnicodeDecodeError:
-            _fail(f"{name} is not UTF-8 text; lint reads YAML or JSON manifests")
-        parse_text(text, name, manifests)
+            if name == "-":
+                data = sys.stdin.buffer.read(MANIFEST_LIMIT + 1)
+                if len(data) > MANIFEST_LIMIT:
+                    _fail(f"standard input is over the {MANIFEST_LIMIT} bytes lint reads")
+                text = decode_text(data, "<stdin>", what="manifest")
+            else:
+                text = read_text_file(name, limit=MANIFEST_LIMIT, what="manifest")
+        except FileProblem as exc:
+            _fail(f"cannot read {exc}")
+        parse_text(text, "<stdin>" if name == "-" else name, manifests)
     if namespace:
         for workload in manifests.workloads:
             workload.namespace = workload.namespace or namespace

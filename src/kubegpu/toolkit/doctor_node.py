@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from kubegpu.settings.goyaml import GoYamlError
+from kubegpu.settings.goyaml import load as load_yaml
 from kubegpu.toolkit.doctor_kubelet import check_plugin_dir
-from kubegpu.toolkit.doctor_runtime import check_cdi, check_runtimes, check_toolkit
+from kubegpu.toolkit.doctor_runtime import check_cdi, check_runtimes, check_toolkit, read_host_file
 from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, ordered
 from kubegpu.toolkit.host_tree import shown, under
 
@@ -187,8 +187,8 @@ def check_device_nodes(root: Path) -> Iterator[Finding]:
 def _cgroup_driver(root: Path) -> str | None:
     config = root / "var/lib/kubelet/config.yaml"
     try:
-        data = yaml.safe_load(config.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        data = load_yaml(read_host_file(config)).value or {}
+    except (OSError, GoYamlError):
         return None
     value = data.get("cgroupDriver") if isinstance(data, dict) else None
     return str(value) if value else None

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kubegpu.common.files import MIB, FileProblem, read_bytes, read_text_file
 from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding
 from kubegpu.toolkit.host_tree import shown
 
@@ -19,6 +20,21 @@ TOOLKIT_DIRS = ("usr/bin", "usr/local/bin", "usr/local/nvidia/toolkit")
 TOOLKIT_BINARIES = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli")
 CDI_DIRS = ("etc/cdi", "var/run/cdi", "run/cdi")
 CONFIGURE = "nvidia-ctk runtime configure --runtime={rt} --set-as-default, then restart {rt}"
+HOST_FILE_LIMIT = 16 * MIB  # runtime configs are KBs; the dpkg database a few MB
+
+
+class Unreadable(OSError):
+    """A host file that exists but cannot be used (too large, not UTF-8): the message says why."""
+
+
+def read_host_file(path: Path) -> str:
+    """A host config file's text. OSError when missing; Unreadable (an OSError) when present but unusable."""
+    try:
+        return read_text_file(path, limit=HOST_FILE_LIMIT, what="config file")
+    except FileProblem as err:
+        if isinstance(err.__cause__, OSError):
+            raise err.__cause__ from None
+        raise Unreadable(str(err)) from None
 
 
 def toolkit_mode(root: Path) -> str | None:
@@ -27,7 +43,7 @@ def toolkit_mode(root: Path) -> str | None:
         "usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml",
     ):
         try:
-            data = tomllib.loads((root / rel).read_text())
+            data = tomllib.loads(read_host_file(root / rel))
         except (OSError, tomllib.TOMLDecodeError):
             continue
         mode = data.get("nvidia-container-runtime", {}).get("mode")
@@ -70,8 +86,10 @@ def _toolkit_version(root: Path, found: dict[str, Path]) -> str:
     """Read from the package metadata under the host root: running host binaries from a pod is unsafe."""
     for rel in ("var/lib/dpkg/status",):
         try:
-            text = (root / rel).read_text(errors="replace")
-        except OSError:
+            # dpkg's database may hold descriptions in other encodings: only the Version line matters here.
+            data = read_bytes(root / rel, limit=HOST_FILE_LIMIT, what="dpkg status")
+            text = data.decode("utf-8", "replace")
+        except FileProblem:
             continue
         for block in text.split("\n\n"):
             if block.startswith("Package: nvidia-container-toolkit\n"):
@@ -123,7 +141,10 @@ def _containerd(root: Path) -> Iterator[Finding]:
     read_any = False
     for path in files:
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(read_host_file(path))
+        except Unreadable as exc:
+            yield Finding("runtime-config", FAIL, shown(path, root), str(exc), 1, "fix the file")
+            continue
         except OSError:
             continue
         except tomllib.TOMLDecodeError as exc:
@@ -181,7 +202,7 @@ def _crio(root: Path) -> Iterator[Finding]:
     read_any = False
     for path in files:
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(read_host_file(path))
         except (OSError, tomllib.TOMLDecodeError):
             continue
         read_any = True
@@ -210,7 +231,10 @@ def _crio(root: Path) -> Iterator[Finding]:
 def _docker(root: Path) -> Iterator[Finding]:
     path = root / "etc/docker/daemon.json"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_host_file(path))
+    except Unreadable as exc:
+        yield Finding("runtime-config", FAIL, "/etc/docker/daemon.json", str(exc), 1, "fix the file")
+        return
     except OSError:
         return
     except json.JSONDecodeError as exc:

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from kubegpu.settings.kubeconfig import KubeconfigError, check_kubeconfig
 from kubegpu.toolkit.model import ListMeta
 from kubegpu.toolkit.snapshot import Snapshot, decode_items
 
@@ -109,19 +110,26 @@ class KubeTarget:
 CURRENT = KubeTarget()  # the kubeconfig's current context, as kubectl reads it without flags
 
 
-def _kube_config() -> Any:
+def _kube_config(kubeconfig: str | None = None) -> Any:
     try:
         from kubernetes import config
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise LiveError(
             "live mode needs the `kubernetes` package (pip install kubernetes), or use --snapshot FILE"
         ) from exc
+    from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
+
+    try:
+        # $KUBECONFIG or ~/.kube/config, as the client reads it: bounded, before the client parses it whole
+        check_kubeconfig(kubeconfig or KUBE_CONFIG_DEFAULT_LOCATION)
+    except KubeconfigError as exc:
+        raise LiveError(f"{exc}; or use --snapshot FILE") from exc
     return config
 
 
 def current_namespace(target: KubeTarget = CURRENT) -> str:
     """The namespace of the target context (kubectl's default for -n); "default" when it names none."""
-    config = _kube_config()
+    config = _kube_config(target.kubeconfig)
     from kubernetes.config.config_exception import ConfigException
 
     try:
@@ -147,7 +155,7 @@ def _no_context(name: str, contexts: list[dict[str, Any]]) -> str:
 def load_live(keep: Iterable[tuple[str, str]] = (), target: KubeTarget = CURRENT) -> Snapshot:
     """The cluster of the target kubeconfig context (or, with no kubeconfig and no flags naming one, the
     in-cluster config inside a pod)."""
-    config = _kube_config()
+    config = _kube_config(target.kubeconfig)
     from kubernetes import client
     from kubernetes.config.config_exception import ConfigException
 

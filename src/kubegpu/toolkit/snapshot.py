@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from kubegpu.common.files import MIB, FileProblem, read_bytes
 from kubegpu.toolkit.model import DaemonSet, Event, Node, Pod, PodLite, RuntimeClass
 
 Item = Node | PodLite | DaemonSet | RuntimeClass | Event
@@ -34,6 +35,31 @@ class SnapshotError(ValueError):
 
 
 HOW_TO = "create one with: kubectl get nodes,pods,daemonsets,runtimeclasses -A -o json > snapshot.json"
+
+# Snapshots are large by nature (kubectl's JSON is a few KB per pod: 100,000 pods are several hundred MB),
+# so they get their own limit, far above a config file's: it stops a wrong file (a disk image, /dev/zero)
+# from being read until memory runs out, not a real cluster.
+SNAPSHOT_LIMIT = 2048 * MIB
+
+
+class _NoAliasLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """kubectl never writes anchors: an alias in a snapshot is refused, so no alias bomb expands."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> object:
+        if node in self.constructed_objects or node in self.recursive_objects:
+            raise yaml.constructor.ConstructorError(
+                None, None, "anchors and aliases are not allowed in a snapshot", node.start_mark
+            )
+        return super().construct_object(node, deep)
+
+
+def _one_line(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line: the problem and where it is."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{exc.problem or exc.context or 'invalid YAML'}{where}"
+    return " ".join(str(exc).split())
 
 
 @dataclass
@@ -149,9 +175,9 @@ def _load_json(data: bytes, snap: Snapshot, keep: Iterable[tuple[str, str]]) -> 
 
 def _load_yaml(text: str, snap: Snapshot, keep: Iterable[tuple[str, str]]) -> None:
     try:
-        docs = [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
+        docs = [d for d in yaml.load_all(text, Loader=_NoAliasLoader) if d]
     except yaml.YAMLError as exc:
-        raise SnapshotError(f"neither JSON nor YAML ({exc}); {HOW_TO}") from exc
+        raise SnapshotError(f"neither JSON nor YAML ({_one_line(exc)}); {HOW_TO}") from exc
     for doc in docs:
         if not isinstance(doc, dict):
             raise SnapshotError(f"a document is a {type(doc).__name__}, not a Kubernetes object; {HOW_TO}")
@@ -181,9 +207,9 @@ def load_snapshot(path: str | Path, keep: Iterable[tuple[str, str]] = ()) -> Sna
     """Read a snapshot file; every failure is a SnapshotError naming the file and the fix."""
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror}; {HOW_TO}") from exc
+        data = read_bytes(path, limit=SNAPSHOT_LIMIT, what="snapshot")
+    except FileProblem as exc:
+        raise SnapshotError(f"cannot read snapshot {exc}; or {HOW_TO}") from exc
     try:
         snap = load_snapshot_bytes(data, source=str(path), keep=keep)
     except SnapshotError as exc:

@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pynvml
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.node.nvml.pci import parse_pci_bus_id
+from kubegpu.settings.goyaml import GoYamlError
+from kubegpu.settings.goyaml import load as load_yaml
+
+PROFILE_LIMIT = MIB  # a node profile is a few KB; this stops a wrong file
 
 _GPU_UUID = r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 _MIG_UUID = r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
@@ -265,9 +269,9 @@ def load_profile(ref: str) -> tuple[str, Profile]:
     if ref.endswith(_PROFILE_SUFFIXES) or os.sep in ref:
         path = Path(ref)
         try:
-            text = path.read_text()
-        except OSError as err:
-            raise ProfileError(f"cannot read fake NVML profile {path}: {err.strerror}") from err
+            text = read_text_file(path, limit=PROFILE_LIMIT, what="fake NVML profile")
+        except FileProblem as err:
+            raise ProfileError(f"cannot read fake NVML profile {err}") from err
         return path.stem, parse_profile(text, str(path))
     if ref not in profile_names():
         raise ProfileError(
@@ -279,18 +283,19 @@ def load_profile(ref: str) -> tuple[str, Profile]:
 
 def parse_profile(text: str, source: str) -> Profile:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ProfileError(f"fake NVML profile {source} is not valid YAML: {err}") from err
+        data = load_yaml(text).value
+    except GoYamlError as err:
+        where = f" (line {err.line}, column {err.column})" if err.line else ""
+        raise ProfileError(f"fake NVML profile {source} is not valid YAML: {err}{where}") from err
     if not isinstance(data, dict):
         raise ProfileError(f"fake NVML profile {source} must be a YAML mapping")
     try:
         return Profile.model_validate(data)
     except ValidationError as err:
-        lines = [
-            f"  {_error_location(e['loc'])}{e['msg'].removeprefix('Value error, ')}" for e in err.errors()
+        problems = [
+            f"{_error_location(e['loc'])}{e['msg'].removeprefix('Value error, ')}" for e in err.errors()
         ]
-        raise ProfileError(f"fake NVML profile {source} is invalid:\n" + "\n".join(lines)) from err
+        raise ProfileError(f"fake NVML profile {source} is invalid: " + "; ".join(problems)) from err
 
 
 def _error_location(loc: tuple[int | str, ...]) -> str:
