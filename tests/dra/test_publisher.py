@@ -197,10 +197,27 @@ async def test_a_restarted_publisher_takes_its_slices_over(api: ApiServerSim) ->
         await eventually(lambda: len(pool_devices(api)) == 2)
     names = [s["metadata"]["name"] for s in slices_of(api)]
     assert generations(api) == {1}
+    writes = len([c for c in api.calls if c.method in ("POST", "PUT", "DELETE")])
     async with Running(api, max_devices_per_slice=1) as publisher:
-        publisher.update([gpu(0), gpu(1)])
+        publisher.update([gpu(0), gpu(1)])  # what is published already: nothing to write
+        await eventually(lambda: publisher.published_generation == 1)
+        assert len([c for c in api.calls if c.method in ("POST", "PUT", "DELETE")]) == writes
+        publisher.update([gpu(0), gpu(1, taint="xid")])
         await eventually(lambda: generations(api) == {2})
         assert [s["metadata"]["name"] for s in slices_of(api)] == names  # no duplicates, same objects
+
+
+async def test_someone_who_keeps_editing_is_undone_at_a_bounded_rate(api: ApiServerSim) -> None:
+    async with Running(api, foreign_edit_delay=2.0) as publisher:
+        publisher.update([gpu(0), gpu(1)])
+        await eventually(lambda: generations(api) == {1})
+        name = slices_of(api)[0]["metadata"]["name"]
+        api.patch("resourceslices", name, {"spec": {"devices": [gpu(0)]}})
+        await eventually(lambda: pool_devices(api) == ["gpu-0", "gpu-1"])  # the first edit: at once
+        api.patch("resourceslices", name, {"spec": {"devices": [gpu(1)]}})
+        await asyncio.sleep(0.5)
+        assert pool_devices(api) == ["gpu-1"]  # the second, within the delay: not yet
+        await eventually(lambda: pool_devices(api) == ["gpu-0", "gpu-1"])
 
 
 @pytest.mark.parametrize(

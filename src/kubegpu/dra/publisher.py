@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 HTTP_NOT_FOUND, HTTP_CONFLICT, HTTP_GONE = 404, 409, 410
 REQUEST_TIMEOUT = (10.0, 30.0)  # connect, read
+FOREIGN_EDIT_DELAY = 5.0  # seconds between two rewrites of slices someone else keeps changing
 WATCH_SECONDS = (300, 600)  # client-go's reflector: a random 5-10 minute watch, spreading reconnects
 # Errors a retry may fix: the API server's answers, and connections that fail or return garbage.
 RETRIED = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, KeyError, TypeError)
@@ -81,6 +82,7 @@ class SlicePublisher:
         node_name: str,
         max_devices_per_slice: int = slices.MAX_DEVICES_PER_SLICE,
         backoff: Callable[[], Backoff] = default_backoff,
+        foreign_edit_delay: float = FOREIGN_EDIT_DELAY,
     ) -> None:
         if max_devices_per_slice < 1:
             raise ValueError(f"max_devices_per_slice must be at least 1, got {max_devices_per_slice}")
@@ -108,6 +110,9 @@ class SlicePublisher:
         self._cache: dict[str, dict[str, Any]] = {}  # our slices by name, as last listed or watched
         self._listed = False
         self._written: dict[str, _Written] = {}
+        self._last_chunks: list[list[Device]] | None = None  # what the last write published
+        self._foreign_edit_delay = foreign_edit_delay
+        self._last_fix = -foreign_edit_delay  # when someone else's change was last undone
         self._generation = 0
         self._published = 0  # the update() count last published
         self._left_out: tuple[str, ...] = ()
@@ -196,7 +201,22 @@ class SlicePublisher:
         if self._in_sync(chunks):
             self._published = requested
             return
+        if self._edited_by_others(chunks):
+            # Put it back, but not more often than every FOREIGN_EDIT_DELAY: two writers that disagree (the
+            # two pods of a rolling update) must not take turns as fast as the API server answers.
+            wait = self._last_fix + self._foreign_edit_delay - time.monotonic()
+            if wait > 0:
+                assert self._loop is not None
+                self._loop.call_later(wait, self._poke_now)
+                return
+            self._last_fix = time.monotonic()
+            log.info(
+                "the ResourceSlices of pool %s were changed by someone else; writing them again",
+                self.node_name,
+            )
         await self._write(chunks)
+        self._last_chunks = chunks
+        self._written = {n: w for n, w in self._written.items() if n in self._cache}
         self._published = requested
         self.last_publish_seconds = time.monotonic() - requested_at
 
@@ -245,17 +265,28 @@ class SlicePublisher:
         return not slices.dropped_taints([tainted], slices.devices_of(json.loads(got.data), self._v))
 
     def _in_sync(self, chunks: list[list[Device]]) -> bool:
-        """Whether our slices hold exactly these chunks, at one generation, unchanged by anyone else."""
+        """Whether our slices hold exactly these chunks, as one complete pool at one generation.
+
+        Compared by content, not by who wrote it: a restarted driver (or the other pod of a rolling update)
+        that finds the pool as it wants it writes nothing.
+        """
         mine = self._mine()
-        if len(mine) != len(chunks) or self._generation == 0:
+        if len(mine) != len(chunks) or len({slices.generation_of(o) for o in mine}) != 1:
             return False
-        for obj, devices in zip(mine, chunks, strict=True):
-            written = self._written.get(slices.name_of(obj))
-            if written is None or written.devices != devices or obj.get("spec") != written.obj.get("spec"):
+        for obj in mine:
+            pool = (obj.get("spec") or {}).get("pool") or {}
+            if pool.get("name") != self.node_name or pool.get("resourceSliceCount") != len(chunks):
                 return False
-            if slices.pool_of(obj) != self.node_name or slices.generation_of(obj) != self._generation:
-                return False
+        # Which slice holds which chunk does not matter (slice names are random): compare as multisets.
+        got = sorted(slices.content_key(slices.devices_of(o, self._v)) for o in mine)
+        if got != sorted(slices.content_key(c) for c in chunks):
+            return False
+        self._generation = slices.generation_of(mine[0])
         return True
+
+    def _edited_by_others(self, chunks: list[list[Device]]) -> bool:
+        """Our last write already wanted these chunks and no slice went or came: someone changed one."""
+        return chunks == self._last_chunks and set(self._cache) == set(self._written)
 
     def _mine(self) -> list[dict[str, Any]]:
         return [self._cache[name] for name in sorted(self._cache)]
@@ -415,7 +446,8 @@ class SlicePublisher:
             if name in self._written:
                 log.info("ResourceSlice %s was deleted; publishing pool %s again", name, self.node_name)
                 self._node_uid = None  # a deleted Node takes its slices: read the (new) UID again
-            self._gone(name)
+            # Kept in _written until the next write: a deletion is put right at once, not held off as an edit.
+            self._cache.pop(name, None)
         else:
             self._seen(obj)
         self._poke_now()
