@@ -178,7 +178,7 @@ SETTINGS: tuple[Setting, ...] = (
             "kubegpu", _PLUGIN),
     Setting("pod-resources-socket", ("KUBEGPU_POD_RESOURCES_SOCKET",), DEFAULT_POD_RESOURCES_SOCKET, "str",
             'The kubelet\'s PodResources API, for the which-pod-holds-which-GPU metric; "" turns it off.',
-            "kubegpu", _PLUGIN),
+            "kubegpu", _PLUGIN, empty_env="value"),
     _seconds("health-grace-period", "KUBEGPU_HEALTH_GRACE_SECONDS", 60.0,
              "Seconds a resource may stay unregistered (start, kubelet restart) before /healthz fails.",
              _PLUGIN, positive=False, flag=True),
