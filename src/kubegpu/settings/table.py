@@ -362,10 +362,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kubeconfig", ("KUBECONFIG",), "", "str",
             "Absolute path to a kubeconfig file; empty: the in-cluster config (the pod's service account).",
             "nvidia", (DRA,)),
-    # --- dra: kubegpu's own --------------------------------------------------------------------------------
+    # --- dra: kubegpu's own -------------------------------------------------------------------------------
     Setting("driver-name", ("KUBEGPU_DRA_DRIVER_NAME",), "gpu.nvidia.com", "str",
-            "The DRA driver name: ResourceSlices' spec.driver, the sockets' names, CEL's attribute domain and "
-            "the taint keys.",
+            "The DRA driver name: ResourceSlices' spec.driver, the sockets' names, CEL's attribute domain "
+            "and the taint keys.",
             "kubegpu", (DRA,)),
     Setting("gpus", ("KUBEGPU_DRA_GPUS",), "all", "str",
             "Which GPUs go to DRA: all, none, or GPU indices and UUIDs (comma list); leave the same GPUs "
