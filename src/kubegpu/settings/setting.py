@@ -15,8 +15,8 @@ from typing import Any, Literal
 # str: any text. path: a non-empty path. bool: Go's strconv.ParseBool. list: comma list (repeatable: also
 # whitespace-separated and repeated flags). int / float / seconds: a finite number within the bounds.
 # duration: a Go duration or "infinite" (GFD). xids: NVIDIA's comma list of XIDs or "all" (malformed
-# entries are logged and skipped, as NVIDIA does).
-Kind = Literal["str", "path", "bool", "list", "int", "float", "seconds", "duration", "xids"]
+# entries are logged and skipped, as NVIDIA does). gpus: which GPUs go to DRA (`settings.dra_selection`).
+Kind = Literal["str", "path", "bool", "list", "int", "float", "seconds", "duration", "xids", "gpus"]
 # Whose name and meaning the setting has: NVIDIA's (same spelling, default and errors as NVIDIA's binaries)
 # or kubegpu's own (KUBEGPU_*).
 Owner = Literal["nvidia", "kubegpu"]

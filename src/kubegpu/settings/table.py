@@ -34,6 +34,7 @@ from kubegpu.settings.choices import (
     MPS_CONTAINER_ROOT,
     SHARED_ALLOCATION_POLICIES,
 )
+from kubegpu.settings.dra_selection import NO_GPUS
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.setting import (
     CONFIG_CHECK,
@@ -181,6 +182,10 @@ SETTINGS: tuple[Setting, ...] = (
             "kubegpu", _PLUGIN),
     Setting("pod-resources-socket", ("KUBEGPU_POD_RESOURCES_SOCKET",), DEFAULT_POD_RESOURCES_SOCKET, "str",
             'The kubelet\'s PodResources API, for the which-pod-holds-which-GPU metric; "" turns it off.',
+            "kubegpu", _PLUGIN),
+    Setting("dra-gpus", ("KUBEGPU_DRA_GPUS",), NO_GPUS, "gpus",
+            "GPUs served through DRA by `kubegpu dra`, which this plugin leaves out (with their MIG devices "
+            "and replicas): all, none, or a comma list of indices and GPU UUIDs.",
             "kubegpu", _PLUGIN),
     _seconds("health-grace-period", "KUBEGPU_HEALTH_GRACE_SECONDS", 60.0,
              "Seconds a resource may stay unregistered (start, kubelet restart) before /healthz fails.",
