@@ -122,8 +122,9 @@ async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
             "a100-mig",
             "version: v1\nflags:\n  migStrategy: mixed\n",
             "version: v1\nflags:\n  migStrategy: single\n",
-            "invalid MIG configuration: at least one device with migEnabled=true was not configured "
-            "correctly: all devices on the node must be configured with the same migEnabled value",
+            "error building device map from config.resources: invalid MIG configuration: error visiting "
+            "devices: error visiting device: error visiting device: error visiting MIG device: error "
+            "visiting MIG device: more than one MIG device type present on node",
             "nvidia.com/mig-1g.5gb",
             0,  # seven of the eight 1g.5gb devices live on GPU 0
             8,
