@@ -37,11 +37,11 @@ def fast_backoff() -> Backoff:
     return Backoff(initial=0.05, maximum=0.2)
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+async def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not check():
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
+            raise AssertionError("condition not met in time (a generous ceiling, not a budget)")
         await asyncio.sleep(0.02)
 
 
@@ -299,7 +299,7 @@ async def test_an_api_server_down_at_start_is_waited_for() -> None:
             await eventually(lambda: publisher.publish_errors >= 2)
             api.start()
             api.add_node(NODE)
-            await eventually(lambda: len(slices_of(api)) == 1, timeout=15)
+            await eventually(lambda: len(slices_of(api)) == 1)
             api.close_streams()  # a dropped watch: resumed, nothing duplicated
             publisher.update([gpu(0), gpu(1)])
             await eventually(lambda: pool_devices(api) == ["gpu-0", "gpu-1"])

@@ -299,6 +299,9 @@ class SlicePublisher:
             raise PublishError(f"node {self.node_name!r} has no UID")
         return str(uid)
 
+    def _known_devices(self) -> list[Device]:
+        return [d for obj in list(self._cache.values()) for d in slices.devices_of(obj, self._v)]
+
     def _new_body(
         self, devices: list[Device], *, generation: int, count: int, node_uid: str
     ) -> dict[str, Any]:
@@ -320,7 +323,8 @@ class SlicePublisher:
 
     def _create(self, devices: list[Device], generation: int, count: int) -> None:
         assert self._node_uid is not None
-        body = self._new_body(devices, generation=generation, count=count, node_uid=self._node_uid)
+        sent = slices.carry_taint_times(devices, self._known_devices())
+        body = self._new_body(sent, generation=generation, count=count, node_uid=self._node_uid)
         got = self._custom.create_cluster_custom_object(
             GROUP, self._v, PLURAL, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
         )
@@ -333,7 +337,7 @@ class SlicePublisher:
             node_name=self.node_name,
             generation=generation,
             count=count,
-            devices=devices,
+            devices=slices.carry_taint_times(devices, self._known_devices()),
             version=self._v,
         )
         name = slices.name_of(current)

@@ -89,6 +89,34 @@ def without_taints(devices: Sequence[Device]) -> tuple[list[Device], list[str]]:
     return kept, [str(d.get("name", "")) for d in devices if d.get("taints")]
 
 
+def carry_taint_times(devices: Sequence[Device], known: Sequence[Device]) -> list[Device]:
+    """`devices` with each taint's `timeAdded` taken from the same taint on the same device in `known`.
+
+    The API server stamps a taint without `timeAdded` with the time of the write; re-stamping it on every
+    generation bump would restart the clock a NoExecute toleration's `tolerationSeconds` counts from.
+    """
+    times = {
+        (d.get("name"), t.get("key"), t.get("value"), t.get("effect")): t["timeAdded"]
+        for d in known
+        for t in d.get("taints") or []
+        if isinstance(t, dict) and t.get("timeAdded")
+    }
+    if not times:
+        return list(devices)
+    out = []
+    for device in devices:
+        taints = device.get("taints")
+        if taints:
+            device = {**device, "taints": [_stamped(device.get("name"), t, times) for t in taints]}
+        out.append(device)
+    return out
+
+
+def _stamped(name: Any, taint: dict[str, Any], times: Mapping[tuple[Any, ...], Any]) -> dict[str, Any]:
+    when = times.get((name, taint.get("key"), taint.get("value"), taint.get("effect")))
+    return {**taint, "timeAdded": when} if when and not taint.get("timeAdded") else taint
+
+
 def owner_reference(node_name: str, node_uid: str) -> dict[str, Any]:
     """The Node as the slices' controlling owner: they go when the Node goes (garbage collection)."""
     return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
