@@ -119,6 +119,7 @@ def test_no_node_can_allocate_the_claim_in_the_schedulers_words(tmp_path: Path) 
                     ],
                 }
             ],
+            "allocation": [],
         },
         {
             "node": "gpu-b",
@@ -139,6 +140,7 @@ def test_no_node_can_allocate_the_claim_in_the_schedulers_words(tmp_path: Path) 
                     ],
                 }
             ],
+            "allocation": [],
         },
     ]
     assert (
@@ -177,6 +179,7 @@ def test_a_claim_made_from_the_template_is_read_from_the_pods_status(tmp_path: P
     ]
     gpu_a = report["dra"]["nodes"][0]
     assert gpu_a["fits"] and gpu_a["requests"][0]["available"] == 1
+    assert gpu_a["allocation"] == ["ml/train-gpu-x7k2p gpu: gpu.nvidia.com/gpu-a/gpu-0"]
 
 
 def test_a_missing_claim_stops_the_scheduler_before_any_node(tmp_path: Path) -> None:

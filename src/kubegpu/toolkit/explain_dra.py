@@ -59,6 +59,7 @@ class DraNodeRow:
     summary: str
     pools: list[str]
     requests: list[DraRequestRow]
+    allocation: list[str] = field(default_factory=list)  # where it fits: "<claim> <request>: <device>"
 
 
 @dataclass
@@ -77,6 +78,7 @@ class DraExplanation:
                     "summary": n.summary,
                     "pools": n.pools,
                     "requests": [vars(r) for r in n.requests],
+                    "allocation": n.allocation,
                 }
                 for n in self.nodes
             ],
@@ -181,7 +183,7 @@ def _classes(snapshot: Snapshot, notes: list[str]) -> list[DeviceClass]:
     ]
 
 
-def _row(account: NodeAccount) -> DraNodeRow:
+def _row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
     requests = []
     for r in account.requests:
         ruled_out: dict[str, int] = {}
@@ -206,7 +208,12 @@ def _row(account: NodeAccount) -> DraNodeRow:
         + ")"
         for p in account.pools
     ]
-    return DraNodeRow(account.node, account.fits, account.summary, pools, requests)
+    allocation = [
+        f"{claim.ref} {r.get('request')}: {r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+        for claim, result in zip(pending, account.allocation or [], strict=False)
+        for r in (result.get("devices") or {}).get("results") or []
+    ]
+    return DraNodeRow(account.node, account.fits, account.summary, pools, requests, allocation)
 
 
 def dra_filter(
@@ -255,7 +262,7 @@ def dra_filter(
     candidates = [DraNode(name, dict(nodes[name].metadata.labels or {})) for name in outcome.feasible]
     feasible = []
     for account in explain(pending, classes, slices, candidates, held_by=held):
-        result.nodes.append(_row(account))
+        result.nodes.append(_row(account, pending))
         if account.fits:
             feasible.append(account.node)
         else:
