@@ -226,7 +226,13 @@ def _value(raw: Any, go_type: GoType, at: _At) -> Any:
             at.reaches_json(raw)
             at.type_error(raw, go_type.go)
             return None
-        return [_value(item, go_type.elem, at.child(i)) for i, item in enumerate(raw)]
+        elem = go_type.elem
+        if isinstance(elem, GoScalar):  # encoding/json leaves a null element at its zero value: [null] is [0]
+            return [
+                typed(item, elem, at.child(i)) if item is None else _value(item, elem, at.child(i))
+                for i, item in enumerate(raw)
+            ]
+        return [_value(item, elem, at.child(i)) for i, item in enumerate(raw)]
     if not isinstance(raw, dict):
         at.reaches_json(raw)
         at.type_error(raw, go_type.go)
