@@ -147,14 +147,15 @@ def _parse_catalog(data: Any) -> dict[int, _CatalogEntry]:
             if k not in ("action", "meaning")
         )
         action = raw.get("action")
-        if action not in XidAction._value2member_map_:
+        known = isinstance(action, str) and action in XidAction._value2member_map_
+        if not known:
             what = "missing" if "action" not in raw else f"must be one of {_ACTIONS} (got {preview(action)})"
             problems.append(f"{where}.action: {what}")
         meaning = raw.get("meaning", "")
         if not isinstance(meaning, str):
             problems.append(f"{where}.meaning: must be text (got {preview(meaning)})")
-        if action in XidAction._value2member_map_ and isinstance(meaning, str):
-            out[xid] = _CatalogEntry(XidAction(action), meaning)
+        if known and isinstance(meaning, str):
+            out[xid] = _CatalogEntry(XidAction(str(action)), meaning)
     if problems:
         raise _Invalid(problems)
     return out
