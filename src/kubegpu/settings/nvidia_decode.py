@@ -2,7 +2,7 @@
 
 `goyaml` gives the JSON-able value sigs.k8s.io/yaml hands to encoding/json. This module types it the way
 NVIDIA's Go types (api/config/v1: config.go, flags.go, sharing.go, replicas.go, resources.go, imex.go,
-duration.go) and encoding/json do, and returns it with canonical keys for the pydantic model to check
+duration.go) and encoding/json do, and returns it with canonical keys for the config's classes to check
 NVIDIA's rules. What it settles, as NVIDIA does:
 
 - a bool field takes `true`/`false` only (YAML 1.1's `yes`/`on` are booleans already; `"true"` is a
