@@ -96,6 +96,9 @@ async def node(config: str = "version: v1\n", **env: str) -> AsyncIterator[Node]
         "KUBEGPU_FAKE_NVML": "dgx-a100",
         "KUBEGPU_FAKE_NVML_STATE": str(root / "nvml"),
         "KUBEGPU_POD_RESOURCES_SOCKET": "",
+        # The metrics these tests read exist only with the HTTP endpoint (plugin/events.py).
+        "KUBEGPU_HTTP_PORT": str(free_port()),
+        "KUBEGPU_HTTP_ADDRESS": "127.0.0.1",
         **env,
     }
     n = Node(root, sim, environ)
