@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from kubegpu.settings.nvidia_config import (
 )
 from kubegpu.settings.nvidia_sharing import SharingStrategy
 from kubegpu.settings.report import Effective, effective, render_block
+from kubegpu.settings.schema import dump
 from kubegpu.settings.setting import PLUGIN
 from kubegpu.settings.table import lookup
 
@@ -70,7 +72,7 @@ class PluginSettings:
         return self.config.sharing.strategy()
 
     def log_json(self) -> str:
-        return self.config.model_dump_json(indent=2, exclude_none=True)
+        return json.dumps(dump(self.config), indent=2, ensure_ascii=False)
 
     def log_settings(self) -> str:
         return render_block(self.effective)
