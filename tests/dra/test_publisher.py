@@ -331,3 +331,29 @@ async def test_update_is_safe_from_other_threads_and_the_latest_wins(
     await asyncio.gather(*(asyncio.to_thread(running.update, [gpu(i)]) for i in range(8)))
     running.update([gpu(42)])
     await eventually(lambda: pool_devices(api) == ["gpu-42"])
+
+
+async def test_a_deletion_missed_while_the_watch_was_down_is_caught_by_the_relist(
+    api: ApiServerSim, running: SlicePublisher
+) -> None:
+    running.update([gpu(0)])
+    await eventually(lambda: generations(api) == {1})
+    (obj,) = slices_of(api)
+    lists_before = len(api.lists("resourceslices"))
+    api.delete("resourceslices", obj["metadata"]["name"])
+    api.compact()  # the watch history is gone: resuming from the old resourceVersion is 410 Gone
+    api.close_streams()
+    await eventually(lambda: len(slices_of(api)) == 1 and generations(api) == {2})
+    assert len(api.lists("resourceslices")) > lists_before
+
+
+async def test_a_node_deleted_and_registered_again_gets_its_slices_back_under_the_new_uid(
+    api: ApiServerSim, running: SlicePublisher
+) -> None:
+    running.update([gpu(0)])
+    await eventually(lambda: generations(api) == {1})
+    api.delete_node(NODE)  # the garbage collector takes the node's slices
+    assert slices_of(api) == []
+    new_uid = api.add_node(NODE)["metadata"]["uid"]
+    await eventually(lambda: len(slices_of(api)) == 1)
+    assert slices_of(api)[0]["metadata"]["ownerReferences"][0]["uid"] == new_uid
