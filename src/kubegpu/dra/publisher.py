@@ -34,7 +34,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import urllib3
@@ -63,12 +62,6 @@ class PublishError(RuntimeError):
 def default_backoff() -> Backoff:
     """client-go's: 800 ms doubling to 30 s, up to 25% longer, starting over after 2 quiet minutes."""
     return Backoff(initial=0.8, maximum=30.0, jitter=(1.0, 1.25), reset_after=120.0)
-
-
-@dataclass
-class _Written:
-    devices: list[Device]  # what we meant (v1 shape)
-    obj: dict[str, Any]  # what the server answered: a cached slice equal to it is still ours
 
 
 class SlicePublisher:
@@ -109,7 +102,7 @@ class SlicePublisher:
         self._node_uid: str | None = None
         self._cache: dict[str, dict[str, Any]] = {}  # our slices by name, as last listed or watched
         self._listed = False
-        self._written: dict[str, _Written] = {}
+        self._written: set[str] = set()  # the slices we created or replaced (by name)
         self._last_chunks: list[list[Device]] | None = None  # what the last write published
         self._foreign_edit_delay = foreign_edit_delay
         self._last_fix = -foreign_edit_delay  # when someone else's change was last undone
@@ -216,7 +209,7 @@ class SlicePublisher:
             )
         await self._write(chunks)
         self._last_chunks = chunks
-        self._written = {n: w for n, w in self._written.items() if n in self._cache}
+        self._written &= set(self._cache)
         self._published = requested
         self.last_publish_seconds = time.monotonic() - requested_at
 
@@ -286,7 +279,7 @@ class SlicePublisher:
 
     def _edited_by_others(self, chunks: list[list[Device]]) -> bool:
         """Our last write already wanted these chunks and no slice went or came: someone changed one."""
-        return chunks == self._last_chunks and set(self._cache) == set(self._written)
+        return chunks == self._last_chunks and set(self._cache) == self._written
 
     def _mine(self) -> list[dict[str, Any]]:
         return [self._cache[name] for name in sorted(self._cache)]
@@ -378,9 +371,8 @@ class SlicePublisher:
             )
         except ApiException as err:
             if err.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
-                self._forget(
-                    name
-                )  # gone or changed meanwhile: the watch brings the truth, the retry fixes it
+                # Gone or changed meanwhile: the watch brings the current state, the retry builds on it.
+                self._forget(name)
             raise
         self._wrote(json.loads(got.data), devices)
 
@@ -402,7 +394,7 @@ class SlicePublisher:
             # The server stopped keeping taints (a downgrade, the gate turned off): the next pass sees the
             # slice differ from what it wants and writes it again without the tainted devices.
             self._taints_dropped()
-        self._call_in_loop(self._remember, obj, devices)
+        self._call_in_loop(self._remember, obj)
 
     def _taints_dropped(self) -> None:
         self.taints_served = False
@@ -414,17 +406,16 @@ class SlicePublisher:
 
     # ---- the cache (loop thread) ---------------------------------------------------------------------
 
-    def _remember(self, obj: dict[str, Any], devices: list[Device]) -> None:
-        name = slices.name_of(obj)
-        self._written[name] = _Written(devices, obj)
+    def _remember(self, obj: dict[str, Any]) -> None:
+        self._written.add(slices.name_of(obj))
         self._seen(obj)
 
     def _forget(self, name: str) -> None:
-        self._call_in_loop(self._written.pop, name, None)
+        self._call_in_loop(self._written.discard, name)
 
     def _gone(self, name: str) -> None:
         self._cache.pop(name, None)
-        self._written.pop(name, None)
+        self._written.discard(name)
 
     def _seen(self, obj: dict[str, Any]) -> None:
         """A newer state of one of our slices (an older one, arriving late from the watch, is ignored)."""
