@@ -98,6 +98,7 @@ class SlicePublisher:
         self._stopping = threading.Event()
         # State of the loop thread.
         self.version: str | None = None  # the resource.k8s.io version in use
+        self._rediscover = False
         self.taints_served: bool | None = None  # None: not known yet
         self._node_uid: str | None = None
         self._cache: dict[str, dict[str, Any]] = {}  # our slices by name, as last listed or watched
@@ -110,6 +111,7 @@ class SlicePublisher:
         self._published = 0  # the update() count last published
         self._left_out: tuple[str, ...] = ()
         self._watch_thread: threading.Thread | None = None
+        self._relist = threading.Event()  # the watch thread lists again (a new version)
         self._watch_response: Any = None
         # For metrics and tests.
         self.last_publish_seconds: float | None = None  # update() to the last write of its pool
@@ -153,6 +155,8 @@ class SlicePublisher:
                     backoff.reset()
                 except (PublishError, *RETRIED) as err:
                     self.publish_errors += 1
+                    # A version the server stopped serving (a downgrade) answers 404 too: ask again.
+                    self._rediscover = isinstance(err, ApiException) and err.status == HTTP_NOT_FOUND
                     delay = backoff.next_delay()
                     log.warning(
                         "cannot publish ResourceSlices of pool %s (driver %s): %s; retrying in %.1fs",
@@ -178,9 +182,16 @@ class SlicePublisher:
     # ---- one pass ------------------------------------------------------------------------------------
 
     async def _pass(self) -> None:
-        if self.version is None:
-            self.version = await asyncio.to_thread(self._discover)
-            log.info("publishing ResourceSlices through %s/%s", GROUP, self.version)
+        if self.version is None or self._rediscover:
+            self._rediscover = False
+            version = await asyncio.to_thread(self._discover)
+            if version != self.version:
+                log.info("publishing ResourceSlices through %s/%s", GROUP, version)
+                self.version = version
+                if self._listed:
+                    self._listed = False  # the watch thread lists again in the new version, then wakes us
+                    self._relist.set()
+                    self._end_watch_request()
         if self._watch_thread is None or not self._watch_thread.is_alive():
             self._start_watch()
         if not self._listed:
@@ -454,6 +465,9 @@ class SlicePublisher:
 
     def _stop_watch(self) -> None:
         self._stopping.set()
+        self._end_watch_request()
+
+    def _end_watch_request(self) -> None:
         response = self._watch_response
         if response is not None:
             with contextlib.suppress(Exception):  # best effort: the read timeout ends it otherwise
@@ -463,8 +477,9 @@ class SlicePublisher:
         backoff = self._backoff()
         while not self._stopping.is_set():
             try:
+                self._relist.clear()
                 version = self._list()
-                while not self._stopping.is_set():
+                while not self._stopping.is_set() and not self._relist.is_set():
                     version = self._watch(version)
                     backoff.reset()
             except ApiException as err:
@@ -474,6 +489,8 @@ class SlicePublisher:
             except (PublishError, *RETRIED) as err:
                 if self._stopping.is_set():
                     return
+                if self._relist.is_set():
+                    continue  # we ended the request ourselves: list in the new version
                 self._watch_failed(backoff, _describe(err))
 
     def _watch_failed(self, backoff: Backoff, why: str) -> None:
