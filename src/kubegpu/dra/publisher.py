@@ -10,7 +10,10 @@ official `kubernetes` client:
 - every change of the devices bumps the pool generation in all of its slices; a pool is split to the API's
   devices-per-slice limit; slices no longer needed are deleted;
 - our slices (field selector `spec.nodeName`, `spec.driver`) are listed and watched: a slice deleted (the
-  kubelet wipes a node's slices when it starts) or changed by someone else is written again;
+  kubelet wipes a node's slices when it starts) is written again at once, one changed by someone else too,
+  but not more often than every 5 s (two writers that disagree must not take turns at full speed);
+- the pool is compared by content: a restarted driver that finds it as it wants it writes nothing;
+- a 404 makes it ask again which version the server serves (a downgrade removes v1);
 - device taints are published when the server keeps them (checked once with a dry-run create before the
   first tainted device goes out); a server without DRADeviceTaints would drop the taint and show a broken
   GPU as healthy, so there a tainted device is left out of the slice instead;
