@@ -17,8 +17,9 @@ import pytest
 
 from kubegpu.api.dra.v1 import api_pb2 as dra_v1
 from kubegpu.api.dra.v1 import api_pb2_grpc as dra_v1_grpc
+from kubegpu.demo.dranode import DRIVER, claim_pod
+from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import PrepareError
-from tests.contract.dra_node import DRIVER, DraNode, claim_pod
 from tests.dra_objects import claim, request
 
 T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"

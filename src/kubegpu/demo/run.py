@@ -27,6 +27,7 @@ from rich.text import Text
 
 from kubegpu.allocation.preferred import pair_score
 from kubegpu.api.v1beta1 import api_pb2
+from kubegpu.demo.dra_act import dra_act
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, EventKind, Pod, SimEvent
 from kubegpu.node.discovery import discover, nvml_session
@@ -129,6 +130,7 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         await demo.kubelet_restart()
         await demo.recovery()
         await demo.clean_exit()
+    await dra_act(profile, say, results)
     say.say(
         Text("work dir removed. Try: kubegpu kubelet-sim --help, kubegpu fake-nvml profiles", style="dim")
     )
