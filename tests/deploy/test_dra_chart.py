@@ -334,3 +334,23 @@ def test_dra_on_a_cluster_older_than_132_is_refused_with_the_way_out() -> None:
     assert "kind: DaemonSet" in helm(
         "template", "kubegpu", CHART, "-n", NAMESPACE, "--kube-version", "1.25.0"
     )
+
+
+def test_install_notes_say_how_to_see_the_slices() -> None:
+    from .test_chart import install_notes
+
+    text = install_notes({"dra": {"enabled": True, "gpus": "0,1"}}, "gpu")
+    assert (
+        "\n\nDRA: `kubegpu dra` publishes each GPU node's devices as ResourceSlices of driver "
+        "gpu.nvidia.com\n"
+        "(GPUs 0,1; the device plugin leaves those out):\n\n"
+        "  kubectl -n gpu rollout status ds/kubegpu-dra\n"
+        "  kubectl get resourceslices --field-selector spec.driver=gpu.nvidia.com\n\n"
+        "Claims name the DeviceClasses gpu.nvidia.com and mig.nvidia.com; `kubegpu explain NAMESPACE/POD` "
+        "says why a claim is not allocated.\n"
+    ) in text
+    alone = install_notes(
+        {"dra": {"enabled": True, "deviceClasses": {"mig": ""}}, "devicePlugin": {"enabled": False}}, "gpu"
+    )
+    assert "(GPUs all):" in alone and "Claims name the DeviceClasses gpu.nvidia.com;" in alone
+    assert "DRA:" not in install_notes({}, "gpu")
