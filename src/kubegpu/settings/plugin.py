@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from kubegpu.settings.choices import (
     MIG_STRATEGIES,
     SHARED_ALLOCATION_POLICIES,
 )
+from kubegpu.settings.dra_selection import NO_GPUS, GpuSelection
 from kubegpu.settings.env import DaemonEnv
 from kubegpu.settings.flags import PLUGIN_SETTINGS, merge_flags
 from kubegpu.settings.given import FlagValue, value_of
@@ -27,6 +29,7 @@ from kubegpu.settings.nvidia_config import (
 )
 from kubegpu.settings.nvidia_sharing import SharingStrategy
 from kubegpu.settings.report import Effective, effective, render_block
+from kubegpu.settings.schema import dump
 from kubegpu.settings.setting import PLUGIN
 from kubegpu.settings.table import lookup
 
@@ -45,6 +48,7 @@ class PluginSettings:
     http_address: str = ""
     pod_resources_socket: str = ""
     health_grace_s: float = 60.0
+    dra_gpus: GpuSelection = NO_GPUS  # left to `kubegpu dra`: never served by the plugin
     env: DaemonEnv = field(default_factory=DaemonEnv.default)
     # Every setting outside the config file with its value and source, for the start-up log.
     effective: tuple[Effective, ...] = ()
@@ -68,7 +72,7 @@ class PluginSettings:
         return self.config.sharing.strategy()
 
     def log_json(self) -> str:
-        return self.config.model_dump_json(indent=2, exclude_none=True)
+        return json.dumps(dump(self.config), indent=2, ensure_ascii=False)
 
     def log_settings(self) -> str:
         return render_block(self.effective)
@@ -141,6 +145,7 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
         http_address=str(_value(flags, "http-address")),
         pod_resources_socket=str(_value(flags, "pod-resources-socket")),
         health_grace_s=float(_value(flags, "health-grace-period")),
+        dra_gpus=_value(flags, "dra-gpus"),
         env=DaemonEnv.from_given(flags),
         effective=effective(PLUGIN_SETTINGS, flags),
     )
