@@ -156,6 +156,9 @@ def lint_files(
     if namespace:
         for workload in manifests.workloads:
             workload.namespace = workload.namespace or namespace
+        for obj in manifests.dra:
+            if obj.kind in ("ResourceClaim", "ResourceClaimTemplate"):
+                obj.namespace = obj.namespace or namespace
     options = LintOptions()
     if snapshot_path or live is not None:
         with _collector_paused():
