@@ -216,7 +216,14 @@ class Registrar:
             if self.kubelet_socket is None:
                 return retry
             kubelet = self.current_kubelet()  # it may have come up while we served
-            pending = [s for s in self._servers if s.running and not self._registered(s, kubelet)]
+            # Only servers whose socket is still theirs: the kubelet wipes sockets one by one, and one deleted
+            # since this pass began is served again by the next pass (its deletion woke us); registering it
+            # now would have the kubelet dial a missing socket for 10 s while this pass waits.
+            pending = [
+                s
+                for s in self._servers
+                if s.running and s.socket_intact() and not self._registered(s, kubelet)
+            ]
             if not pending:
                 return retry
             if kubelet is None:
