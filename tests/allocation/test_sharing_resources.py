@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -80,17 +81,47 @@ def test_mig_strategies(profile: str, strategy: str, expected: dict[str, int]) -
 @pytest.mark.parametrize(
     ("profile", "message"),
     [
-        ("a100-mig", "all devices on the node must be configured with the same migEnabled value"),
-        ("a100-mig-invalid", "device 1 has no MIG devices configured"),
+        # MIG devices of three kinds (and one full GPU): NVIDIA's uniformity check comes before the
+        # migEnabled one, with go-nvlib's visitor prefixes.
+        (
+            "a100-mig",
+            "error building device map from config.resources: invalid MIG configuration: error visiting "
+            "devices: error visiting device: error visiting device: error visiting MIG device: error "
+            "visiting MIG device: more than one MIG device type present on node",
+        ),
+        # A MIG-enabled GPU without MIG devices: the first check.
+        (
+            "a100-mig-invalid",
+            "error building device map from config.resources: invalid MIG configuration: at least one device "
+            "with migEnabled=true was not configured correctly: error visiting device: device 1 has no MIG "
+            "devices configured",
+        ),
     ],
 )
 def test_single_strategy_errors(profile: str, message: str) -> None:
     with pytest.raises(ResourceError) as err:
         counts(profile, mig_strategy="single")
+    assert str(err.value) == message
+
+
+def test_single_strategy_partial_node_has_no_mig_prefix() -> None:
+    """One kind of MIG device next to a full GPU: NVIDIA's text has no "invalid MIG configuration"."""
+    inv = inventory("a100-mig-single")
+    partial = replace(inv, gpus=(inv.gpus[0], replace(inv.gpus[1], mig_enabled=False, mig_devices=())))
+    with pytest.raises(ResourceError) as err:
+        build_resources(partial, ResourceOptions("single"))
     assert str(err.value) == (
-        "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly: "
-        + message
+        "error building device map from config.resources: all devices on the node must be configured with "
+        "the same migEnabled value"
     )
+
+
+def test_single_strategy_empty_gpu_wins_over_a_partial_node() -> None:
+    inv = inventory("a100-mig-single")
+    gpus = (replace(inv.gpus[0], mig_devices=()), replace(inv.gpus[1], mig_enabled=False, mig_devices=()))
+    with pytest.raises(ResourceError) as err:
+        build_resources(replace(inv, gpus=gpus), ResourceOptions("single"))
+    assert str(err.value).endswith("error visiting device: device 0 has no MIG devices configured")
 
 
 def test_mig_devices_take_parent_numa_index_and_capability_nodes() -> None:

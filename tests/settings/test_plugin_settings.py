@@ -83,6 +83,34 @@ def test_bad_files_name_the_problem(tmp_path: Path, text: str, message: str) -> 
     assert message in str(err.value)
 
 
+# go-yaml v2's texts (a port of libyaml, with its line arithmetic: scanner errors name the problem's line,
+# parser errors the line before), wrapped as NVIDIA's loader and sigs.k8s.io/yaml wrap them.
+@pytest.mark.parametrize(
+    ("text", "nvidia", "where"),
+    [
+        ("version: v1\nflags: [\n", "yaml: line 2: did not find expected node content", "line 3, column 1"),
+        ("flags:\n\tmigStrategy: none\n", "yaml: line 2: found character that cannot start any token",
+         "line 2, column 1"),
+        ("a: b\n c: d\n", "yaml: line 2: mapping values are not allowed in this context", "line 2, column 3"),
+        ("flags:\n  migStrategy: none\n plugin: {}\n", "yaml: line 2: did not find expected key",
+         "line 3, column 2"),
+        ("flags: 'none\n", "yaml: line 2: found unexpected end of stream", "line 2, column 1"),
+        ("a: [1, 2\nb: 3\n", "yaml: line 1: did not find expected ',' or ']'", "line 2, column 2"),
+    ],
+)  # fmt: skip
+def test_yaml_syntax_errors_are_nvidias_text_then_the_place(
+    tmp_path: Path, text: str, nvidia: str, where: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        resolve(defaults(config_file=path))
+    assert str(err.value) == (
+        "unable to parse config file: error parsing config file: unmarshal error: error converting YAML to "
+        f"JSON: {nvidia} (at {where} of {path}; fix the YAML there (indentation, a missing ':' or an "
+        "unclosed quote or bracket))"
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -151,17 +151,24 @@ def parse_config_text(text: str, source: str = "<config>") -> tuple[Config, list
     return config, key_warnings(decoded)
 
 
+# NVIDIA's wrapping of go-yaml's errors: its config loader, parseConfigFrom, then sigs.k8s.io/yaml.
+YAML_ERROR_PREFIX = (
+    "unable to parse config file: error parsing config file: unmarshal error: error converting YAML to JSON: "
+)
+
+
 def _yaml_problem(err: GoYamlError, source: str) -> str:
+    """NVIDIA's text byte for byte, then where (go-yaml's line is often one off) and what to do."""
     from kubegpu.settings.goyaml import TooManyNodes
 
-    where = f" (at line {err.line}, column {err.column} of {source})" if err.line else ""
+    where = f"at line {err.line}, column {err.column} of {source}" if err.line else f"in {source}"
     if isinstance(err, TooManyNodes):
         fix = "a device plugin config has a few hundred; check that this is the config file"
     elif "alias" in str(err) or "anchor" in str(err):
         fix = "write the values out instead of nesting anchors and aliases"
     else:
         fix = "fix the YAML there (indentation, a missing ':' or an unclosed quote or bracket)"
-    return f"unable to parse config file {source}: error parsing config file: {err}{where}; {fix}"
+    return f"{YAML_ERROR_PREFIX}{err} ({where}; {fix})"
 
 
 def _describe(problem: Problem) -> str:

@@ -14,6 +14,7 @@ from kubegpu.settings.choices import (
     MIG_STRATEGIES,
     SHARED_ALLOCATION_POLICIES,
 )
+from kubegpu.settings.dra_selection import NO_GPUS, GpuSelection
 from kubegpu.settings.env import DaemonEnv
 from kubegpu.settings.flags import PLUGIN_SETTINGS, merge_flags
 from kubegpu.settings.given import FlagValue, value_of
@@ -47,6 +48,7 @@ class PluginSettings:
     http_address: str = ""
     pod_resources_socket: str = ""
     health_grace_s: float = 60.0
+    dra_gpus: GpuSelection = NO_GPUS  # left to `kubegpu dra`: never served by the plugin
     env: DaemonEnv = field(default_factory=DaemonEnv.default)
     # Every setting outside the config file with its value and source, for the start-up log.
     effective: tuple[Effective, ...] = ()
@@ -143,6 +145,7 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
         http_address=str(_value(flags, "http-address")),
         pod_resources_socket=str(_value(flags, "pod-resources-socket")),
         health_grace_s=float(_value(flags, "health-grace-period")),
+        dra_gpus=_value(flags, "dra-gpus"),
         env=DaemonEnv.from_given(flags),
         effective=effective(PLUGIN_SETTINGS, flags),
     )
