@@ -22,6 +22,7 @@ from kubegpu.toolkit.scheduling import (
     PodQuery,
     node_states,
     run_filters,
+    same_summary,
 )
 from kubegpu.toolkit.snapshot import Snapshot
 
@@ -148,7 +149,7 @@ def explain(snapshot: Snapshot, pod: Pod) -> Explanation:
     phase = pod.status.phase or "Pending"
     status, notes = _status(pod, phase, outcome)
     message = outcome.message
-    if recorded_message and message and recorded_message.split(" preemption:")[0].strip() != message:
+    if recorded_message and message and not same_summary(recorded_message, message):
         notes.append(
             "the scheduler's last recorded message differs from what the snapshot gives now; the cluster "
             "has changed since that attempt."

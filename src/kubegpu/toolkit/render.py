@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kubegpu.toolkit.scheduling import same_summary
+
 SEVERITY_STYLE = {
     "error": "bold red",
     "fail": "bold red",
@@ -64,7 +66,9 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                 style="green",
             )
         )
-    if result.recorded_message and result.recorded_message.split(" preemption:")[0] != result.message:
+    if result.recorded_message and not (
+        result.message and same_summary(result.recorded_message, result.message)
+    ):
         out.print(Text("Last recorded by the scheduler: ", style="bold") + Text(result.recorded_message))
     for note in result.notes:
         out.print(Text("Note: ", style="yellow") + Text(note))
