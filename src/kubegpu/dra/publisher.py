@@ -93,7 +93,6 @@ class SlicePublisher:
         # update() may come from any thread.
         self._lock = threading.Lock()
         self._devices: list[Device] | None = None  # None: nothing to publish yet
-        self._requested = 0  # bumped by every update()
         self._requested_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -111,7 +110,6 @@ class SlicePublisher:
         self._foreign_edit_delay = foreign_edit_delay
         self._last_fix = -foreign_edit_delay  # when someone else's change was last undone
         self._generation = 0
-        self._published = 0  # the update() count last published
         self._left_out: tuple[str, ...] = ()
         self._watch_thread: threading.Thread | None = None
         self._relist = threading.Event()  # the watch thread lists again (a new version)
@@ -136,7 +134,6 @@ class SlicePublisher:
         copied = [dict(d) for d in devices]
         with self._lock:
             self._devices = copied
-            self._requested += 1
             self._requested_at = time.monotonic()
         self._poke()
 
@@ -200,13 +197,12 @@ class SlicePublisher:
         if not self._listed:
             return  # the watch thread wakes us once it has listed our slices
         with self._lock:
-            devices, requested, requested_at = self._devices, self._requested, self._requested_at
+            devices, requested_at = self._devices, self._requested_at
         if devices is None:
             return
         wanted = await self._publishable(devices)
         chunks = slices.split(wanted, self.max_devices_per_slice)
         if self._in_sync(chunks):
-            self._published = requested
             return
         if self._edited_by_others(chunks):
             # Put it back, but not more often than every FOREIGN_EDIT_DELAY: two writers that disagree (the
@@ -224,7 +220,6 @@ class SlicePublisher:
         await self._write(chunks)
         self._last_chunks = chunks
         self._written &= set(self._cache)
-        self._published = requested
         self.last_publish_seconds = time.monotonic() - requested_at
 
     def _discover(self) -> str:
@@ -369,7 +364,7 @@ class SlicePublisher:
         self._wrote(json.loads(got.data), devices)
 
     def _replace(self, current: dict[str, Any], devices: list[Device], generation: int, count: int) -> None:
-        body = dict(current)
+        body = {**current, "apiVersion": f"{GROUP}/{self._v}", "kind": slices.KIND}
         body["spec"] = slices.spec(
             driver=self.driver_name,
             node_name=self.node_name,
