@@ -372,3 +372,12 @@ async def test_a_server_that_stops_serving_v1_is_asked_again(caplog: pytest.LogC
             assert publisher.version == "v1beta1"
             assert len(slices_of(api)) == 1  # the same slice, taken over in the other version
     assert "publishing ResourceSlices through resource.k8s.io/v1beta1" in caplog.messages
+
+
+async def test_a_132_server_has_no_device_taints_so_a_tainted_device_leaves_the_slice() -> None:
+    with ApiServerSim(resource_versions=("v1beta1",), kubernetes_version="1.32.4") as api:
+        api.add_node(NODE)
+        async with Running(api) as publisher:
+            publisher.update([gpu(0), gpu(1, taint="gpu-lost")])
+            await eventually(lambda: len(slices_of(api)) == 1)
+            assert pool_devices(api) == ["gpu-0"] and publisher.taints_served is False
