@@ -257,7 +257,7 @@ def test_errors() -> None:
     with pytest.raises(PreferredAllocationError, match="unknown device"):
         preferred_devices(resource, {}, ["GPU-x"], [], 1)
     with pytest.raises(
-        PreferredAllocationError, match="^not enough available devices to satisfy allocation$"
+        PreferredAllocationError, match=r"^not enough available devices to satisfy allocation$"
     ):
         preferred_devices(resource, {}, [gpu_uuid(0)], [], 2)
     with pytest.raises(PreferredAllocationError, match="must be positive"):
@@ -340,7 +340,7 @@ def test_required_replicas_come_first_and_count_as_allocated() -> None:
 def test_greedy_not_enough_has_nvidias_text() -> None:
     resource = replicas(2, gpus=1)
     with pytest.raises(
-        PreferredAllocationError, match="^not enough available devices to satisfy allocation$"
+        PreferredAllocationError, match=r"^not enough available devices to satisfy allocation$"
     ):
         greedy_devices(resource, [], [resource.devices[0].id], 2, "distributed")
 

@@ -26,9 +26,9 @@ from rich.text import Text
 
 from kubegpu.allocation.preferred import pair_score
 from kubegpu.api.v1beta1 import api_pb2
+from kubegpu.common import output
 from kubegpu.demo.dra_act import dra_act
 from kubegpu.demo.dranode import SimulatedDraNode
-from kubegpu.common import output
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, EventKind, Pod, SimEvent
 from kubegpu.node.discovery import discover, nvml_session

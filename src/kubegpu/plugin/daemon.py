@@ -50,8 +50,8 @@ from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.node.xids import XidAction, XidCatalogError
 from kubegpu.plugin.cdi_files import CdiSpecWriter
 from kubegpu.plugin.coexist import describe, leave_to_dra
-from kubegpu.plugin.events import DaemonEvents, NoMetrics
 from kubegpu.plugin.config_diff import config_changes
+from kubegpu.plugin.events import DaemonEvents, NoMetrics
 from kubegpu.plugin.filewatch import watch_file
 from kubegpu.plugin.reconcile import (
     MonitorStep,

@@ -10,8 +10,8 @@ import msgspec
 from rich.console import Console
 from rich.text import Text
 
-from kubegpu.toolkit.scheduling import same_summary
 from kubegpu.common import output
+from kubegpu.toolkit.scheduling import same_summary
 
 SEVERITY_STYLE = {
     "error": "bold red",
