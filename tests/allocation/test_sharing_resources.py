@@ -23,7 +23,12 @@ from kubegpu.node.inventory import Health, Inventory
 from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.settings.env import NvmlSelection
 from kubegpu.settings.nvidia_config import ConfigError
-from kubegpu.settings.nvidia_sharing import ReplicatedDevices, SharingStrategy, resource_name
+from kubegpu.settings.nvidia_sharing import (
+    ReplicatedDevices,
+    ReplicatedResource,
+    SharingStrategy,
+    resource_name,
+)
 from kubegpu.settings.plugin import resolve
 from tests.settings.test_plugin_settings import defaults
 
@@ -225,7 +230,7 @@ def test_strict_mode_turns_warnings_into_errors() -> None:
 def test_xid_marks_every_replica_of_the_gpu() -> None:
     inv = inventory("t4-pcie")
     sick = inv.with_gpu_health({inv.gpus[2].uuid: Health.failed("XID 48", 48)})
-    block = SharingStrategy.model_validate({"resources": [{"name": "gpu", "replicas": 4}]})
+    block = SharingStrategy(resources=[ReplicatedResource(name="gpu", replicas=4)])
     (gpu,) = build_resources(sick, ResourceOptions(sharing_kind="time-slicing", sharing=block))
     unhealthy = [d.id for d in gpu.devices if not d.health.healthy]
     assert unhealthy == [f"{inv.gpus[2].uuid}::{r}" for r in range(4)]  # NVIDIA marks only one (#1929)

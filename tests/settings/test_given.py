@@ -87,10 +87,19 @@ def test_good_seconds_are_typed() -> None:
 def test_empty_env_vars_count_as_unset() -> None:
     """Kubernetes manifests often carry `value: ""`; as with click, that means the default."""
     names = [e for s in for_command(PLUGIN) if s.owner == "kubegpu" for e in s.envvars]
-    assert len(names) == 18
+    assert len(names) == 19
     assert DaemonEnv.from_environ(dict.fromkeys(names, "")) == DaemonEnv.default()
     given = plugin(dict.fromkeys(names, ""))
-    assert all(not v.explicit for v in given.values())
+    explicit = {name: v for name, v in given.items() if v.explicit}
+    # The one exception: the PodResources socket's help says "" turns the pod metric off.
+    assert {name: (v.value, v.origin) for name, v in explicit.items()} == {
+        "pod-resources-socket": ("", "KUBEGPU_POD_RESOURCES_SOCKET")
+    }
+
+
+def test_an_empty_pod_resources_socket_turns_the_pod_metric_off() -> None:
+    assert plugin({})["pod-resources-socket"].value == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert plugin({"KUBEGPU_POD_RESOURCES_SOCKET": ""})["pod-resources-socket"].value == ""
 
 
 def test_empty_value_on_the_command_line_is_an_error() -> None:

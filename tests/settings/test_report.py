@@ -26,6 +26,7 @@ def test_the_start_up_block_names_each_setting_its_value_and_source() -> None:
         "  flag     KUBEGPU_HTTP_PORT=8080 (--http-port)",
         '  default  KUBEGPU_HTTP_ADDRESS=""',
         "  default  KUBEGPU_POD_RESOURCES_SOCKET=/var/lib/kubelet/pod-resources/kubelet.sock",
+        "  default  KUBEGPU_DRA_GPUS=none",
         "  default  KUBEGPU_HEALTH_GRACE_SECONDS=60",
         "  default  KUBEGPU_MPS_CLIENT_LIMITS=true",
         "  default  KUBEGPU_STRICT_CONFIG=false",

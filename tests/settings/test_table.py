@@ -67,6 +67,7 @@ SURFACE = [
         ("KUBEGPU_POD_RESOURCES_SOCKET",),
         "/var/lib/kubelet/pod-resources/kubelet.sock",
     ),
+    ("plugin", "--dra-gpus", (), ("KUBEGPU_DRA_GPUS",), "none"),
     ("plugin", "--health-grace-period", (), ("KUBEGPU_HEALTH_GRACE_SECONDS",), "60"),
     ("plugin", "--mps-client-limits", (), ("KUBEGPU_MPS_CLIENT_LIMITS",), "true"),
     ("plugin", "--strict-config", (), ("KUBEGPU_STRICT_CONFIG",), "false"),

@@ -192,6 +192,12 @@ def _gpu_devices(inventory: Inventory, options: CdiOptions) -> list[tuple[str, l
     return out
 
 
+def common_edits(inventory: Inventory, options: CdiOptions) -> dict[str, Any]:
+    """The edits every GPU container gets (control devices, driver libraries and binaries, hooks); the DRA
+    driver's per-claim specs carry the same."""
+    return _common_edits(find_driver_files(options.driver_lookup_root, inventory.driver_version), options)
+
+
 def _common_edits(files: DriverFiles, options: CdiOptions) -> dict[str, Any]:
     env = [VISIBLE_DEVICES_VOID]
     libcuda = files.library("libcuda.so")

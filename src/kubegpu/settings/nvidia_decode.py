@@ -2,7 +2,7 @@
 
 `goyaml` gives the JSON-able value sigs.k8s.io/yaml hands to encoding/json. This module types it the way
 NVIDIA's Go types (api/config/v1: config.go, flags.go, sharing.go, replicas.go, resources.go, imex.go,
-duration.go) and encoding/json do, and returns it with canonical keys for the pydantic model to check
+duration.go) and encoding/json do, and returns it with canonical keys for the config's classes to check
 NVIDIA's rules. What it settles, as NVIDIA does:
 
 - a bool field takes `true`/`false` only (YAML 1.1's `yes`/`on` are booleans already; `"true"` is a
@@ -226,7 +226,13 @@ def _value(raw: Any, go_type: GoType, at: _At) -> Any:
             at.reaches_json(raw)
             at.type_error(raw, go_type.go)
             return None
-        return [_value(item, go_type.elem, at.child(i)) for i, item in enumerate(raw)]
+        elem = go_type.elem
+        if isinstance(elem, GoScalar):  # encoding/json leaves a null element at its zero value: [null] is [0]
+            return [
+                typed(item, elem, at.child(i)) if item is None else _value(item, elem, at.child(i))
+                for i, item in enumerate(raw)
+            ]
+        return [_value(item, elem, at.child(i)) for i, item in enumerate(raw)]
     if not isinstance(raw, dict):
         at.reaches_json(raw)
         at.type_error(raw, go_type.go)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from kubegpu.settings.choices import (
     cdi_flag_notes,
     discovery_strategy_note,
 )
+from kubegpu.settings.dra_selection import NO_GPUS, GpuSelection
 from kubegpu.settings.env import DaemonEnv
 from kubegpu.settings.flags import PLUGIN_SETTINGS, merge_flags
 from kubegpu.settings.given import FlagValue, value_of
@@ -31,6 +33,7 @@ from kubegpu.settings.nvidia_config import (
 )
 from kubegpu.settings.nvidia_sharing import SharingStrategy
 from kubegpu.settings.report import Effective, effective, render_block
+from kubegpu.settings.schema import dump
 from kubegpu.settings.setting import PLUGIN
 from kubegpu.settings.table import lookup
 
@@ -52,6 +55,7 @@ class PluginSettings:
     # NVIDIA's --cdi-disable-hooks and --cdi-feature-flags (no config key, as in NVIDIA's).
     cdi_disable_hooks: tuple[str, ...] = ()
     cdi_feature_flags: tuple[str, ...] = ()
+    dra_gpus: GpuSelection = NO_GPUS  # left to `kubegpu dra`: never served by the plugin
     env: DaemonEnv = field(default_factory=DaemonEnv.default)
     # Every setting outside the config file with its value and source, for the start-up log.
     effective: tuple[Effective, ...] = ()
@@ -75,7 +79,7 @@ class PluginSettings:
         return self.config.sharing.strategy()
 
     def log_json(self) -> str:
-        return self.config.model_dump_json(indent=2, exclude_none=True)
+        return json.dumps(dump(self.config), indent=2, ensure_ascii=False)
 
     def log_settings(self) -> str:
         return render_block(self.effective)
@@ -160,6 +164,7 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
         health_grace_s=float(_value(flags, "health-grace-period")),
         cdi_disable_hooks=hooks,
         cdi_feature_flags=features,
+        dra_gpus=_value(flags, "dra-gpus"),
         env=DaemonEnv.from_given(flags),
         effective=effective(PLUGIN_SETTINGS, flags),
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubegpu.settings.dra_selection import GpuSelectionError, parse_gpu_selection
 from kubegpu.settings.goduration import format_go_duration, parse_sleep_interval
 from kubegpu.settings.goparse import parse_bool, parse_list
 from kubegpu.settings.gotext import go_quote
@@ -122,6 +123,7 @@ def _what(setting: Setting) -> str:
         "seconds": "number of seconds",
         "duration": "duration",
         "path": "path",
+        "gpus": "GPU selection",
     }.get(setting.kind, "value")
 
 
@@ -180,6 +182,11 @@ def _parse_kind(setting: Setting, text: str | Sequence[str]) -> Any:
         return parse_path(text)
     if setting.kind == "xids":
         return parse_xid_list(text)
+    if setting.kind == "gpus":
+        try:
+            return parse_gpu_selection(text)
+        except GpuSelectionError as err:
+            raise BadValue(err.fix) from None
     return text
 
 

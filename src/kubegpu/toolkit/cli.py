@@ -177,7 +177,7 @@ def lint_files(
             {
                 "findings": [f.to_json() for f in findings],
                 "summary": {
-                    "objects": len(manifests.workloads),
+                    "objects": len(manifests.workloads) + len(manifests.dra),
                     "documents": manifests.documents,
                     "errors": errors,
                     "warnings": warnings,
@@ -204,7 +204,8 @@ def lint_files(
         f"; skipped {sum(manifests.skipped.values())} object(s) of other kinds" if manifests.skipped else ""
     )
     out.print(
-        f"{len(manifests.workloads)} object(s) checked: {errors} error(s), {warnings} warning(s){skipped}."
+        f"{len(manifests.workloads) + len(manifests.dra)} object(s) checked: {errors} error(s), "
+        f"{warnings} warning(s){skipped}."
     )
     sys.exit(code)
 

@@ -1,6 +1,7 @@
 """`kubegpu explain`: why a GPU pod is Pending, and what would let it schedule.
 
-Runs the scheduler's filters (see `scheduling.py`) on every node, then asks counterfactual questions
+Runs the scheduler's filters (see `scheduling.py`) on every node, DynamicResources for a pod with DRA
+claims (`explain_dra`), then asks counterfactual questions
 per node: would it fit with N GPUs freed, with its unhealthy GPUs back, with a toleration, with a
 different selector, uncordoned? Fragmentation is measured cluster-wide per request size.
 
@@ -10,6 +11,7 @@ The fixes are worked out in `explain_fixes`; what is reported, in `explain_repor
 from __future__ import annotations
 
 from kubegpu.toolkit import pod_requests as res
+from kubegpu.toolkit.explain_dra import dra_filter
 from kubegpu.toolkit.explain_fixes import fixes
 from kubegpu.toolkit.explain_report import Explanation, FragmentationRow, GpuCount, NodeVerdict, pool_of
 from kubegpu.toolkit.model import Pod, condition, node_ready, ref
@@ -139,6 +141,7 @@ def explain(snapshot: Snapshot, pod: Pod) -> Explanation:
     query = PodQuery.of(pod)
     gpu_names = res.gpu_names(query.requests)
     outcome = run_filters(query, states)
+    dra = dra_filter(snapshot, pod, outcome, {name: state.node for name, state in states.items()})
     recorded = condition(pod, "PodScheduled")
     recorded_message = recorded.message if recorded and recorded.status == "False" else None
     if recorded_message is None:  # older snapshots, or one with `events` added to the kubectl command
@@ -164,5 +167,6 @@ def explain(snapshot: Snapshot, pod: Pod) -> Explanation:
         nodes=_verdicts(states, outcome, gpu_names),
         fixes=fixes(query, states, outcome, gpu_names) if not outcome.feasible else [],
         fragmentation={n: fragmentation(states, n) for n in gpu_names},
-        notes=notes,
+        notes=notes + (dra.notes if dra else []),
+        dra=dra,
     )

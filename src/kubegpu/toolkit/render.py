@@ -49,7 +49,11 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]], **kwargs
 def print_explanation(result: Any, max_rows: int | None = None) -> None:
     """Human output of `explain`: the scheduler's line, fixes, fragmentation, then node by node."""
     out = console()
-    wants = ", ".join(f"{n}: {v}" for n, v in result.requests.items()) or "nothing"
+    wants = ", ".join(f"{n}: {v}" for n, v in result.requests.items())
+    if result.dra is not None:
+        claims = ", ".join(c["name"] for c in result.dra.claims)
+        wants = f"{wants}, DRA claims {claims}" if wants else f"DRA claims {claims}"
+    wants = wants or "nothing"
     out.print(f"[bold]Pod {result.pod}[/bold] ({result.phase}) requests {wants}")
     if result.message:
         out.print(Text("Scheduler: ", style="bold") + Text(result.message, style="red"))
@@ -104,6 +108,8 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                         detail,
                     )
                 )
+    if result.dra is not None:
+        print_dra(out, result.dra)
     for name, rows in result.fragmentation.items():
         frag = [[r.size, r.free, r.fits, r.stranded, f"{r.percent:.0f}%", r.largest_block] for r in rows]
         out.print(
@@ -123,3 +129,39 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
     out.print(table("Node by node", ["Node", "Pool", *gpu_cols, "Filter", "Why"], rows))
     if max_rows is not None and len(result.nodes) > max_rows:
         out.print(f"... and {len(result.nodes) - max_rows} more node(s); use --all-nodes or --json.")
+
+
+def print_dra(out: Console, dra: Any, max_devices: int = 8) -> None:
+    """The pod's DRA claims, then per node and request: devices left and what ruled out the others."""
+    claims = [[c["name"], c["claim"], c["state"]] for c in dra.claims]
+    out.print(table("DRA claims", ["Pod claim", "ResourceClaim", "State"], claims))
+    if not dra.nodes:
+        return
+    rows = []
+    for n in dra.nodes:
+        verdict = styled("ok") if n.fits else Text(n.summary, style="red")
+        if not n.requests:
+            rows.append([n.node, "-", "-", "-", "-", verdict, "; ".join(n.pools) or "no pools"])
+        for r in n.requests:
+            ruled = ", ".join(f"{count} {why}" for why, count in r.ruled_out.items()) or "none"
+            shown = r.devices[:max_devices]
+            more = f" ... and {len(r.devices) - max_devices} more" if len(r.devices) > max_devices else ""
+            detail = "\n".join(shown) + more if shown else "; ".join(n.pools) or "no pools"
+            rows.append(
+                [
+                    n.node,
+                    f"{r.claim} {r.request}",
+                    r.device_class,
+                    r.wanted,
+                    r.available,
+                    verdict,
+                    ruled + "\n" + detail,
+                ]
+            )
+    out.print(
+        table(
+            "DynamicResources, node by node (nodes that pass the other filters)",
+            ["Node", "Claim request", "Class", "Wants", "Available", "Verdict", "Ruled out"],
+            rows,
+        )
+    )
