@@ -116,10 +116,15 @@ def test_the_kubelets_directories_are_mounted_at_the_same_paths() -> None:
     ]
 
 
-def test_the_driver_root_is_mounted_read_only_when_given() -> None:
-    ctr = dra(render({**ON, "nvidiaDriverRoot": "/run/nvidia/driver"}))
-    assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True} in ctr["volumeMounts"]
-    assert env(ctr)["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
+def test_the_driver_gets_no_driver_root_it_would_not_read() -> None:
+    """`kubegpu dra` has no driver-root setting (the NVIDIA runtime gives it libnvidia-ml): neither the env
+    var nor the mount, which the device plugin gets."""
+    objs = render({**ON, "nvidiaDriverRoot": "/run/nvidia/driver"})
+    ctr = dra(objs)
+    assert all(m["name"] != "driver-root" for m in ctr["volumeMounts"])
+    assert "NVIDIA_DRIVER_ROOT" not in env(ctr)
+    plugin = containers(by_kind(objs, "DaemonSet")["kubegpu-device-plugin"])["kubegpu-device-plugin-ctr"]
+    assert env(plugin)["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
 
 
 @pytest.mark.parametrize("gpus", ["all", "0,1", "GPU-8f6a1d2e-3b4c-5d6e-7f80-91a2b3c4d5e6"])
@@ -334,3 +339,79 @@ def test_dra_on_a_cluster_older_than_132_is_refused_with_the_way_out() -> None:
     assert "kind: DaemonSet" in helm(
         "template", "kubegpu", CHART, "-n", NAMESPACE, "--kube-version", "1.25.0"
     )
+
+
+def test_install_notes_say_how_to_see_the_slices() -> None:
+    from .test_chart import install_notes
+
+    text = install_notes({"dra": {"enabled": True, "gpus": "0,1"}}, "gpu")
+    assert (
+        "\n\nDRA: `kubegpu dra` publishes each GPU node's devices as ResourceSlices of driver "
+        "gpu.nvidia.com\n"
+        "(GPUs 0,1; the device plugin leaves those out):\n\n"
+        "  kubectl -n gpu rollout status ds/kubegpu-dra\n"
+        "  kubectl get resourceslices --field-selector spec.driver=gpu.nvidia.com\n\n"
+        "Claims name the DeviceClasses gpu.nvidia.com and mig.nvidia.com; `kubegpu explain NAMESPACE/POD` "
+        "says why a claim is not allocated.\n"
+    ) in text
+    alone = install_notes(
+        {"dra": {"enabled": True, "deviceClasses": {"mig": ""}}, "devicePlugin": {"enabled": False}}, "gpu"
+    )
+    assert "(GPUs all):" in alone and "Claims name the DeviceClasses gpu.nvidia.com;" in alone
+    assert "DRA:" not in install_notes({}, "gpu")
+
+
+def test_every_env_var_the_chart_gives_means_something_to_the_daemon_that_gets_it() -> None:
+    """The DRA container's to `kubegpu dra`, the device plugin's KUBEGPU_DRA_GPUS to `kubegpu plugin`: a
+    renamed setting would otherwise be ignored in silence."""
+    from kubegpu.settings.setting import DRA
+    from kubegpu.settings.table import for_command
+
+    runtime = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}  # the NVIDIA container runtime's
+    objs = render({"dra": {"enabled": True}, "nvidiaDriverRoot": "/run/nvidia/driver", "nvidiaDevRoot": "/"})
+    dra_known = {e for s in for_command(DRA) for e in s.envvars} | runtime
+    assert set(env(dra(objs))) - dra_known == set()
+    plugin_known = {e for s in for_command("plugin") for e in s.envvars}
+    plugin = containers(by_kind(objs, "DaemonSet")["kubegpu-device-plugin"])["kubegpu-device-plugin-ctr"]
+    assert "KUBEGPU_DRA_GPUS" in plugin_known and "KUBEGPU_DRA_GPUS" in env(plugin)
+
+
+def test_the_driver_reads_the_values_the_chart_gives_it() -> None:
+    """`kubegpu dra`'s own settings code, on the env the chart renders (the downward API's NODE_NAME
+    filled in as the kubelet would)."""
+    from kubegpu.settings.setting import DRA
+    from kubegpu.settings.table import for_command
+
+    values = {"dra": {"enabled": True, "gpus": "0,1", "driverName": "gpu.example.com", "cdiRoot": "/etc/cdi"}}
+    given = {k: v for k, v in env(dra(render(values))).items() if isinstance(v, str)}
+    given["NODE_NAME"] = "gpu-1"
+    by_env = {e: s for s in for_command(DRA) for e in s.envvars}
+    assert {by_env[k].name: v for k, v in given.items() if k in by_env} == {
+        "node-name": "gpu-1",
+        "driver-name": "gpu.example.com",
+        "gpus": "0,1",
+        "cdi-root": "/etc/cdi",
+        "kubelet-registrar-directory-path": "/var/lib/kubelet/plugins_registry",
+        "kubelet-plugins-directory-path": "/var/lib/kubelet/plugins",
+    }
+
+
+def test_the_extended_resource_bridge_goes_on_the_gpu_class_only() -> None:
+    objs = render({"dra": {"enabled": True, "extendedResourceName": "nvidia.com/gpu"}})
+    classes = by_kind(objs, "DeviceClass")
+    assert classes["gpu.nvidia.com"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in classes["mig.nvidia.com"]["spec"]
+    assert all("extendedResourceName" not in c["spec"] for c in by_kind(render(ON), "DeviceClass").values())
+    with pytest.raises(HelmError) as err:
+        helm(
+            "template", "kubegpu", CHART, "-n", NAMESPACE, "--set", "dra.enabled=true",
+            "--set", "dra.extendedResourceName=nvidia.com/gpu",
+            "--api-versions", "resource.k8s.io/v1beta1/DeviceClass",
+        )  # fmt: skip
+    assert (
+        "dra.extendedResourceName needs resource.k8s.io/v1 DeviceClasses (Kubernetes 1.34 or later), and "
+        "this cluster serves resource.k8s.io/v1beta1: leave it unset."
+    ) in str(err.value)
+    with pytest.raises(HelmError) as err:
+        render({"dra": {"extendedResourceName": "nvidia.com/gpu 1"}})
+    assert "at '/dra/extendedResourceName': 'nvidia.com/gpu 1' does not match pattern" in str(err.value)

@@ -2,12 +2,12 @@
 `kubegpu lint` finds nothing in it, and on every simulated node its header names the scheduler's structured
 allocator gives what the header promises, through `kubegpu explain` on a snapshot of that node:
 
-    #   node hgx-h100: allocated gpu-2   (an optional remark in parentheses)
+    #   node hgx-h100: allocated gpu-0   (an optional remark in parentheses)
     #   node t4-pcie: Pending: 0/1 nodes are available: 1 cannot allocate all claims.
 
-The node's GPUs come from the real discovery code on the fake NVML profile of that name, published as
-ResourceSlice devices with NVIDIA's DRA driver's names and attribute names (docs/reference/dra.md, 2.4);
-the DeviceClasses are the ones the chart renders with dra.enabled.
+The node's GPUs come from the real discovery code on the fake NVML profile of that name, as the devices
+`kubegpu dra` publishes (kubegpu.dra.devices: NVIDIA's DRA driver's names and attributes); the
+DeviceClasses are the ones the chart renders with dra.enabled.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
+from kubegpu.dra.devices import device_entries
 from kubegpu.node.discovery import discover, nvml_session
-from kubegpu.node.inventory import Gpu
 from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.settings.dra_selection import parse_gpu_selection
 from kubegpu.settings.env import NvmlSelection
 
 from .conftest import EXAMPLES, ROOT, load_docs, render
@@ -42,28 +43,11 @@ CASES = [
 ]
 
 
-def published_device(gpu: Gpu, driver_version: str) -> dict[str, Any]:
-    """A full GPU as NVIDIA's DRA driver publishes it (the v1 Device shape)."""
-    major, minor = gpu.compute_capability
-    return {
-        "name": f"gpu-{gpu.minor}",
-        "attributes": {
-            "type": {"string": "gpu"},
-            "uuid": {"string": gpu.uuid},
-            "productName": {"string": gpu.name},
-            "cudaComputeCapability": {"version": f"{major}.{minor}.0"},
-            "driverVersion": {"version": driver_version},
-            "resource.kubernetes.io/pciBusID": {"string": gpu.pci_bus_id[4:].lower()},
-        },
-        "capacity": {"memory": {"value": str(gpu.memory_bytes)}},
-    }
-
-
 def node_snapshot(profile: str) -> list[dict[str, Any]]:
     backend = load_nvml(NvmlSelection.fake(profile))
     with nvml_session(backend):
         inventory = discover(backend)
-    devices = [published_device(g, "550.90.7") for g in inventory.gpus]
+    devices = device_entries(inventory, parse_gpu_selection("all"))  # what `kubegpu dra` publishes
     node = {
         "apiVersion": "v1",
         "kind": "Node",

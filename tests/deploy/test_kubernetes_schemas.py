@@ -56,7 +56,8 @@ def rendered() -> list[tuple[str, dict[str, Any]]]:
     cases += [(p.name, [p], {}) for p in example_values_files()]
     everything = {"gfd": {"enabled": True}, "runtimeClass": {"create": True}, "health": {"port": 8080}}
     cases += [("everything on", [], everything)]
-    cases += [("everything and DRA on", [], {**everything, "dra": {"enabled": True, "gpus": "0,1"}})]
+    dra = {"enabled": True, "gpus": "0,1", "extendedResourceName": "nvidia.com/gpu"}
+    cases += [("everything and DRA on", [], {**everything, "dra": dra})]
     names, calls = [], []
     for name, files, values in cases:
         for set_files in (None, CONFIG_FILES):

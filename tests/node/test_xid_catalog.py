@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from kubegpu.node.xids import XidAction, XidCatalogError, load_catalog
+from kubegpu.settings.goyaml import load as load_yaml
 
 EXPECTED = (
     "; expected e.g. 'xids: {48: {action: reset_gpu, meaning: double-bit ECC error}}' with actions "
@@ -52,3 +54,13 @@ def test_a_bad_file_names_every_problem_on_one_line(tmp_path: Path, body: str, p
     with pytest.raises(XidCatalogError) as err:
         load_catalog(path)
     assert str(err.value) == f"invalid XID actions file {path} (KUBEGPU_XID_ACTIONS): {problems}{EXPECTED}"
+
+
+def test_the_built_in_catalog_reads_as_the_yaml_reader_reads_it() -> None:
+    # The daemon reads the shipped file line by line (no YAML reader on its path); it must agree with YAML.
+    text = resources.files("kubegpu.node").joinpath("xid_catalog.yaml").read_text()
+    entries = load_yaml(text).value["xids"]
+    assert {int(k): (v["action"], v["meaning"]) for k, v in entries.items()} == {
+        k: (e.action.value, e.meaning) for k, e in load_catalog().items()
+    }
+    assert len(entries) >= 20

@@ -48,7 +48,7 @@ NEVER_ON_A_NODE = (
 )
 
 
-def imported(tmp_path: object, **env: str) -> dict[str, object]:
+def imported(tmp_path: object, *, config_file: bool = True, **env: str) -> dict[str, object]:
     config = os.path.join(str(tmp_path), "config.yaml")
     with open(config, "w") as f:
         f.write(
@@ -56,7 +56,9 @@ def imported(tmp_path: object, **env: str) -> dict[str, object]:
             "    - {name: nvidia.com/gpu, replicas: 2}\n"
         )
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("KUBEGPU_", "NVIDIA_"))}
-    environ.update({"CONFIG_FILE": config, "KUBEGPU_POD_RESOURCES_SOCKET": "", **env})
+    environ.update({"KUBEGPU_POD_RESOURCES_SOCKET": "", **env})
+    if config_file:
+        environ["CONFIG_FILE"] = config
     out = subprocess.run(
         [sys.executable, "-c", DAEMON_PATH], env=environ, capture_output=True, text=True, timeout=120
     )
@@ -75,6 +77,13 @@ def test_the_real_nvml_path_imports_none_of_the_test_and_tool_stack(tmp_path: ob
     assert (result["nvml"], result["metrics"]) == ("pynvml", "NoMetrics")
     assert held(result["modules"], NEVER_ON_A_NODE) == []
     assert held(result["modules"], ("prometheus_client", "msgspec", "kubegpu.plugin.metrics")) == []
+    assert held(result["modules"], ("yaml", "kubegpu.settings.goyaml")) == ["yaml", "kubegpu.settings.goyaml"]
+
+
+def test_without_a_config_file_no_yaml_reader_is_loaded(tmp_path: object) -> None:
+    # The built-in XID catalog is read without one; only a config or XID actions file needs YAML.
+    result = imported(tmp_path, config_file=False)
+    assert held(result["modules"], ("yaml", "kubegpu.settings.goyaml", *NEVER_ON_A_NODE)) == []
 
 
 def test_prometheus_client_comes_with_the_http_endpoint(tmp_path: object) -> None:

@@ -149,6 +149,28 @@ def test_no_node_can_allocate_the_claim_in_the_schedulers_words(tmp_path: Path) 
     )
 
 
+def test_the_fix_names_the_node_that_fits_once_a_claim_lets_go(tmp_path: Path) -> None:
+    items = cluster(template(), holder(), pod([{"name": "gpu", "resourceClaimTemplateName": "gpu-40gi"}]))
+    _, report = run(tmp_path, items, "--json")
+    assert report["dra"]["free_to_fit"] == [{"node": "gpu-a", "held_by": ["ml/other"]}]
+    assert {
+        "kind": "free-devices",
+        "summary": (
+            "the pod's claims fit on 1 node(s) once the claims holding devices there are released "
+            "(their pods finish or are deleted): gpu-a (held by ml/other)"
+        ),
+        "nodes": [{"node": "gpu-a", "held_by": ["ml/other"]}],
+    } in report["fixes"]
+    # Wanting two 40 GiB GPUs: gpu-a's second is tainted, so freeing gpu-0 is not enough; no such fix.
+    items = cluster(
+        template(count=2), holder(), pod([{"name": "gpu", "resourceClaimTemplateName": "gpu-40gi"}])
+    )
+    _, report = run(tmp_path, items, "--json")
+    assert report["dra"]["free_to_fit"] == [] and not [
+        f for f in report["fixes"] if f["kind"] == "free-devices"
+    ]
+
+
 def test_dynamic_resources_runs_only_where_the_other_filters_pass(tmp_path: Path) -> None:
     items = cluster(
         node("cpu-1", {"pool": "cpu"}),

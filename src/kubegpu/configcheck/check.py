@@ -12,16 +12,16 @@ import json
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from kubegpu.allocation.from_settings import allocate_options, resource_options
 from kubegpu.allocation.resources import ResourceError, build_resources
+from kubegpu.common import output
 from kubegpu.common.files import FileProblem, decode_text, read_bytes
 from kubegpu.configcheck.sources import PLAIN, VALUES, Named, Source, classify
 from kubegpu.configmanager.errors import ConfigManagerError
@@ -216,50 +216,59 @@ def _unlabelled(source: Source, report: SourceReport) -> str | None:
 
 
 def render(report: CheckReport, console: Console, settings_table: bool = True) -> None:
-    console.print(
-        f"config {escape(report.config_file or '(none: defaults)')} on {report.node}", soft_wrap=True
+    """Tables on a terminal (IDs and names never cut), one plain line per row when piped."""
+    line = partial(output.print_line, console)
+    line(f"config {report.config_file or '(none: defaults)'} on {report.node}")
+    rows = [
+        [name, str(len(ids)), report.sharing[name], _shown_ids(ids)] for name, ids in report.resources.items()
+    ]
+    output.print_table(
+        console,
+        ["resource", "devices", "sharing", "device IDs (as the kubelet sees them)"],
+        rows,
+        plain=lambda r: f"{r[0]}: {r[1]} devices, sharing {r[2]}: {r[3]}",
     )
-    if report.resources:
-        table = Table("resource", "devices", "sharing", "device IDs (as the kubelet sees them)")
-        for name, ids in report.resources.items():
-            shown = ", ".join(ids[:4]) + (f", ... ({len(ids) - 4} more)" if len(ids) > 4 else "")
-            table.add_row(name, str(len(ids)), report.sharing[name], shown)
-        console.print(table)
-    if report.settings and settings_table:
-        settings = Table("setting", "value", "source", title="settings outside the config file")
-        settings.columns[1].overflow = "fold"
-        for entry in report.settings:
-            settings.add_row(entry.setting.label, entry.text or '""', f"{entry.source} {entry.via}".strip())
-        console.print(settings)
-    for warning in report.warnings:
-        console.print(f"[yellow]warning[/yellow]: {escape(warning)}", highlight=False, soft_wrap=True)
-    for error in report.errors:
-        console.print(f"[red]error[/red]: {escape(error)}", highlight=False, soft_wrap=True)
+    if settings_table:
+        rows = [[e.setting.label, e.text or '""', f"{e.source} {e.via}".strip()] for e in report.settings]
+        output.print_table(
+            console,
+            ["setting", "value", "source"],
+            rows,
+            title="settings outside the config file",
+            plain=lambda r: f"setting {r[0]}={r[1]} ({r[2]})",
+        )
+    _verdict(report.warnings, report.errors, console)
     if not report.errors:
-        console.print("[green]OK[/green]: the plugin would start with this config")
+        line("OK: the plugin would start with this config", "green")
+
+
+def _shown_ids(ids: list[str]) -> str:
+    """The first four IDs whole (time-sliced replicas differ only at the end), and how many more."""
+    return ", ".join(ids[:4]) + (f", ... ({len(ids) - 4} more)" if len(ids) > 4 else "")
+
+
+def _verdict(warnings: list[str], errors: list[str], console: Console) -> None:
+    for warning in warnings:
+        output.print_line(console, f"warning: {warning}", "yellow")
+    for error in errors:
+        output.print_line(console, f"error: {error}", "red")
 
 
 def render_source(report: SourceReport, console: Console) -> None:
     """Each config under its key, then the ConfigMap's or values file's own findings and a verdict."""
+    line = partial(output.print_line, console)
     for index, (_, one) in enumerate(report.configs):
         render(one, console, settings_table=index == len(report.configs) - 1)
-        console.print()
+        line("")
     if report.unlabelled is not None:
         got = "an empty config (all defaults)" if report.unlabelled == EMPTY_CONFIG else report.unlabelled
-        console.print(f"nodes without the nvidia.com/device-plugin.config label get: {got}", soft_wrap=True)
-    for warning in report.warnings:
-        console.print(f"[yellow]warning[/yellow]: {escape(warning)}", highlight=False, soft_wrap=True)
-    for error in report.errors:
-        console.print(f"[red]error[/red]: {escape(error)}", highlight=False, soft_wrap=True)
+        line(f"nodes without the nvidia.com/device-plugin.config label get: {got}")
+    _verdict(report.warnings, report.errors, console)
     failed = [key for key, one in report.configs if one.errors]
     if failed:
-        console.print(
-            f"[red]FAILED[/red]: {len(failed)} of {len(report.configs)} configs: {', '.join(failed)}"
-        )
+        line(f"FAILED: {len(failed)} of {len(report.configs)} configs: {', '.join(failed)}", "red")
     elif not report.errors:
-        console.print(
-            f"[green]OK[/green]: the plugin would start with each of the {len(report.configs)} configs"
-        )
+        line(f"OK: the plugin would start with each of the {len(report.configs)} configs", "green")
 
 
 def _setting_options(func: Any) -> Any:
@@ -324,9 +333,9 @@ def _show(report: CheckReport | SourceReport, as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     elif report.bad_input:
-        click.echo(f"error: {report.errors[0]}", err=True)
+        output.error(report.errors[0], report.exit_code)
     elif isinstance(report, SourceReport):
-        render_source(report, Console())
+        render_source(report, output.console())
     else:
-        render(report, Console())
+        render(report, output.console())
     sys.exit(report.exit_code)

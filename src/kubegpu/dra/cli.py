@@ -50,10 +50,21 @@ def dra_cmd(verbose: bool, **params: Any) -> None:
     from kubegpu.settings.kubeconfig import load_configuration
 
     try:
+        configuration = load_configuration(settings.kubeconfig)
+    except KubeconfigError as err:
+        where = settings.kubeconfig or "the in-cluster config"
+        log.error(
+            "cannot load %s: %s; set --kubeconfig (KUBECONFIG) to a kubeconfig file, or run in a pod whose "
+            "service account may read resourceclaims and write resourceslices",
+            where,
+            err,
+        )
+        sys.exit(1)
+    try:
         health = HealthSettings.from_settings(DaemonEnv.from_given(given))
-        api_client = client.ApiClient(load_configuration(settings.kubeconfig))
+        api_client = client.ApiClient(configuration)
         nvml = load_nvml(NvmlSelection.from_given(given, DRA))
-    except (XidCatalogError, KubeconfigError, ConfigError, ValueError) as err:
+    except (XidCatalogError, ConfigError, ValueError) as err:
         log.error("%s", err)
         sys.exit(1)
     try:

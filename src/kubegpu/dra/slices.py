@@ -14,6 +14,7 @@ spans several slices, each carrying the pool's generation and slice count.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -159,6 +160,18 @@ def dropped_taints(sent: Sequence[Device], got: Sequence[Device]) -> bool:
     """Whether the server dropped device taints we sent (it does not serve them: DRADeviceTaints off)."""
     got_by_name = {d.get("name"): d for d in got}
     return any(d.get("taints") and not (got_by_name.get(d.get("name")) or {}).get("taints") for d in sent)
+
+
+def content_key(devices: Sequence[Device]) -> str:
+    """One slice's devices as comparable text; the server's `timeAdded` on a taint does not count."""
+    return json.dumps([_untimed(d) for d in devices], sort_keys=True)
+
+
+def _untimed(device: Mapping[str, Any]) -> dict[str, Any]:
+    taints = device.get("taints")
+    if not taints:
+        return {k: v for k, v in device.items() if k != "taints"}
+    return {**device, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in taints]}
 
 
 def generation_of(obj: Mapping[str, Any]) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -19,8 +20,6 @@ from typing import Any
 from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.settings.env import DaemonEnv
 from kubegpu.settings.gotext import preview
-from kubegpu.settings.goyaml import GoYamlError
-from kubegpu.settings.goyaml import load as load_yaml
 from kubegpu.settings.table import DISABLE_HEALTHCHECKS_ENV, ENABLE_HEALTHCHECKS_ENV, XID_ACTIONS_ENV
 from kubegpu.settings.values import XidList
 
@@ -169,10 +168,24 @@ def _xid_number(key: Any) -> int | None:
     return None
 
 
+# One entry of the built-in catalog as it is written: `  48: {action: reset_gpu, meaning: "..."}`.
+_BUILTIN_ENTRY = re.compile(r'\s+(\d+):\s*\{action:\s*(\w+),\s*meaning:\s*"([^"\\]*)"\}\s*')
+
+
 @functools.cache
 def _builtin() -> dict[int, _CatalogEntry]:
+    """The shipped catalog, read line by line: its entries have one fixed form (a test checks that the YAML
+    reader reads the file the same), so a daemon with no config or XID file never loads a YAML reader."""
     text = resources.files("kubegpu.node").joinpath("xid_catalog.yaml").read_text()
-    return _parse_catalog(load_yaml(text).value)
+    entries: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#") or line == "xids:":
+            continue
+        match = _BUILTIN_ENTRY.fullmatch(line)
+        if match is None:
+            raise RuntimeError(f"xid_catalog.yaml: {line!r} is not in the built-in catalog's one-line form")
+        entries[match[1]] = {"action": match[2], "meaning": match[3]}
+    return _parse_catalog({"xids": entries})
 
 
 def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
@@ -180,6 +193,9 @@ def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
     builtin = _builtin()
     if path is None:
         return dict(builtin)
+    from kubegpu.settings.goyaml import GoYamlError
+    from kubegpu.settings.goyaml import load as load_yaml
+
     try:
         text = read_text_file(path, limit=XID_CATALOG_LIMIT, what="XID actions file")
         user = _parse_catalog(load_yaml(text).value or {"xids": {}})
@@ -193,8 +209,9 @@ def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
 
 
 def _one_line(err: Exception) -> str:
-    if isinstance(err, GoYamlError) and err.line:
-        return f"{err} (line {err.line}, column {err.column})"
+    line, column = getattr(err, "line", 0), getattr(err, "column", 0)  # a GoYamlError's place
+    if line:
+        return f"{err} (line {line}, column {column})"
     return str(err)
 
 

@@ -50,6 +50,7 @@ from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.node.xids import XidAction, XidCatalogError
 from kubegpu.plugin.cdi_files import CdiSpecWriter
 from kubegpu.plugin.coexist import describe, leave_to_dra
+from kubegpu.plugin.config_diff import config_changes
 from kubegpu.plugin.events import DaemonEvents, NoMetrics
 from kubegpu.plugin.filewatch import watch_file
 from kubegpu.plugin.reconcile import (
@@ -379,9 +380,7 @@ class Daemon:
             if load_config:
                 self.metrics.config_reload("error")
             return
-        if load_config:
-            log.info("reloading with the new config")
-            log.info("Running with config:\n%s", settings.log_json())
+        previous = self.settings.log_json()
         try:
             applied = await self._apply(candidate)
         except Exception as err:
@@ -390,7 +389,9 @@ class Daemon:
             return
         if load_config:
             self.metrics.config_reload(None)
-            log.info("reload complete: %s", applied.summary())
+            # One line: what changed in the config and what that changed in what is served.
+            changed = config_changes(previous, settings.log_json())
+            log.info("reload complete: %s; served: %s", changed, applied.summary())
 
     async def _load_settings(self) -> PluginSettings:
         """The new settings, parsed off the event loop within the time budget; ReloadError otherwise."""

@@ -13,15 +13,17 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.settings.goduration import format_go_duration
 from kubegpu.settings.gotext import preview
-from kubegpu.settings.goyaml import GoYamlError, TooManyNodes
-from kubegpu.settings.goyaml import load as load_yaml
 from kubegpu.settings.nvidia_decode import CONFIG, Decoded, decode_config
 from kubegpu.settings.nvidia_sharing import Imex, ReplicatedDevices, Resources, Sharing
 from kubegpu.settings.schema import Problem, build, checked, field_paths, nested
+
+if TYPE_CHECKING:
+    from kubegpu.settings.goyaml import GoYamlError
 
 # A ConfigMap holds at most 1 MiB (Kubernetes' MaxSecretSize, which ConfigMap validation also applies), and
 # the config reaches the plugin through one: anything larger is not the config.
@@ -116,6 +118,10 @@ def load_config_file(path: str | Path) -> tuple[Config, list[str]]:
 
 def parse_config_text(text: str, source: str = "<config>") -> tuple[Config, list[str]]:
     """NVIDIA's parse of the config text (see the module docstring). Raises ConfigError."""
+    # Here, not at the top: a daemon without a config file never loads the YAML reader (about 2 MB).
+    from kubegpu.settings.goyaml import GoYamlError
+    from kubegpu.settings.goyaml import load as load_yaml
+
     try:
         document = load_yaml(text)
     except GoYamlError as err:
@@ -153,6 +159,8 @@ YAML_ERROR_PREFIX = (
 
 def _yaml_problem(err: GoYamlError, source: str) -> str:
     """NVIDIA's text byte for byte, then where (go-yaml's line is often one off) and what to do."""
+    from kubegpu.settings.goyaml import TooManyNodes
+
     where = f"at line {err.line}, column {err.column} of {source}" if err.line else f"in {source}"
     if isinstance(err, TooManyNodes):
         fix = "a device plugin config has a few hundred; check that this is the config file"

@@ -28,11 +28,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.settings.goduration import parse_sleep_interval
 from kubegpu.settings.gotext import go_format_float32_g, go_json_number, preview
-from kubegpu.settings.goyaml import Document
+
+if TYPE_CHECKING:  # goyaml (and PyYAML under it) loads only when a config file is parsed
+    from kubegpu.settings.goyaml import Document
 
 # --- the types -------------------------------------------------------------------------------------------
 

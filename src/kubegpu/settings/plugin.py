@@ -52,10 +52,10 @@ class PluginSettings:
     http_address: str = ""
     pod_resources_socket: str = ""
     health_grace_s: float = 60.0
+    dra_gpus: GpuSelection = NO_GPUS  # left to `kubegpu dra`: never served by the plugin
     # NVIDIA's --cdi-disable-hooks and --cdi-feature-flags (no config key, as in NVIDIA's).
     cdi_disable_hooks: tuple[str, ...] = ()
     cdi_feature_flags: tuple[str, ...] = ()
-    dra_gpus: GpuSelection = NO_GPUS  # left to `kubegpu dra`: never served by the plugin
     env: DaemonEnv = field(default_factory=DaemonEnv.default)
     # Every setting outside the config file with its value and source, for the start-up log.
     effective: tuple[Effective, ...] = ()
@@ -162,9 +162,9 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
         http_address=str(_value(flags, "http-address")),
         pod_resources_socket=str(_value(flags, "pod-resources-socket")),
         health_grace_s=float(_value(flags, "health-grace-period")),
+        dra_gpus=_value(flags, "dra-gpus"),
         cdi_disable_hooks=hooks,
         cdi_feature_flags=features,
-        dra_gpus=_value(flags, "dra-gpus"),
         env=DaemonEnv.from_given(flags),
         effective=effective(PLUGIN_SETTINGS, flags),
     )

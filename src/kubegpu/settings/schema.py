@@ -48,8 +48,8 @@ def checked(check: Callable[[Any], Any]) -> dict[str, Any]:
 
 def nested_model(owner: type[Any], name: str) -> type[Any]:
     """The model a nested field of `owner` holds (e.g. PluginFlags for Flags.plugin)."""
-    spec = {f.name: f for f in dataclasses.fields(owner)}[name].metadata[_NESTED]
-    return spec.model  # type: ignore[no-any-return]
+    spec: _Nested = {f.name: f for f in dataclasses.fields(owner)}[name].metadata[_NESTED]
+    return spec.model
 
 
 def field_paths(model: type[Any], prefix: str = "") -> dict[str, list[str]]:
@@ -71,6 +71,7 @@ def build(
     """`model` from a decoded mapping; None when anything in it fails (each failure is in `problems`)."""
     values: dict[str, Any] = {}
     failed = False
+    # mypy cannot say that T is a dataclass (no bound expresses it); every model here is one.
     for f in dataclasses.fields(model):  # type: ignore[arg-type]
         if f.name not in raw:
             continue

@@ -11,9 +11,9 @@ The fixes are worked out in `explain_fixes`; what is reported, in `explain_repor
 from __future__ import annotations
 
 from kubegpu.toolkit import pod_requests as res
-from kubegpu.toolkit.explain_dra import dra_filter
+from kubegpu.toolkit.explain_dra import DraExplanation, dra_filter
 from kubegpu.toolkit.explain_fixes import fixes
-from kubegpu.toolkit.explain_report import Explanation, FragmentationRow, GpuCount, NodeVerdict, pool_of
+from kubegpu.toolkit.explain_report import Explanation, Fix, FragmentationRow, GpuCount, NodeVerdict, pool_of
 from kubegpu.toolkit.model import Pod, condition, node_ready, ref
 from kubegpu.toolkit.scheduling import (
     NODE_RESOURCES_FIT,
@@ -165,8 +165,23 @@ def explain(snapshot: Snapshot, pod: Pod) -> Explanation:
         recorded_message=recorded_message,
         feasible_nodes=list(outcome.feasible),
         nodes=_verdicts(states, outcome, gpu_names),
-        fixes=fixes(query, states, outcome, gpu_names) if not outcome.feasible else [],
+        fixes=(fixes(query, states, outcome, gpu_names) + dra_fixes(dra)) if not outcome.feasible else [],
         fragmentation={n: fragmentation(states, n) for n in gpu_names},
         notes=notes + (dra.notes if dra else []),
         dra=dra,
     )
+
+
+def dra_fixes(dra: DraExplanation | None) -> list[Fix]:
+    """The DRA analogue of freeing GPUs: nodes where the claims fit once other claims release devices."""
+    if dra is None or not dra.free_to_fit:
+        return []
+    where = ", ".join(f"{r['node']} (held by {', '.join(r['held_by'])})" for r in dra.free_to_fit[:10])
+    return [
+        Fix(
+            "free-devices",
+            f"the pod's claims fit on {len(dra.free_to_fit)} node(s) once the claims holding devices there "
+            f"are released (their pods finish or are deleted): {where}",
+            dra.free_to_fit,
+        )
+    ]

@@ -27,7 +27,7 @@ from kubegpu.resourceapi import (
     parse_slice,
 )
 from kubegpu.resourceapi import Node as DraNode
-from kubegpu.resourceapi.explain import AVAILABLE
+from kubegpu.resourceapi.explain import AVAILABLE, IN_USE
 from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES
 from kubegpu.toolkit.model import Node, Pod
 from kubegpu.toolkit.scheduling import Outcome, Rejection
@@ -67,10 +67,13 @@ class DraExplanation:
     claims: list[dict[str, str]]  # pod claim name, ResourceClaim, state (allocated, pending, from template)
     nodes: list[DraNodeRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # nodes where the claims would fit if the claims holding devices there released them
+    free_to_fit: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "claims": self.claims,
+            "free_to_fit": self.free_to_fit,
             "nodes": [
                 {
                     "node": n.node,
@@ -261,7 +264,9 @@ def dra_filter(
     held = holders(others)
     candidates = [DraNode(name, dict(nodes[name].metadata.labels or {})) for name in outcome.feasible]
     feasible = []
+    accounts = {}
     for account in explain(pending, classes, slices, candidates, held_by=held):
+        accounts[account.node] = account
         result.nodes.append(_row(account, pending))
         if account.fits:
             feasible.append(account.node)
@@ -270,4 +275,14 @@ def dra_filter(
                 DYNAMIC_RESOURCES, (account.summary,), resolvable=True
             )
     outcome.feasible = feasible
+    rejected = [
+        DraNode(a.node, dict(nodes[a.node].metadata.labels or {})) for a in result.nodes if not a.fits
+    ]
+    if not feasible and rejected and held:
+        # What if the other claims let go: the nodes that fit then, and who holds what there.
+        for account in explain(pending, classes, slices, rejected):
+            if account.fits:
+                verdicts = (v for r in accounts[account.node].requests for v in r.verdicts)
+                holding = sorted({held[v.device] for v in verdicts if v.verdict == IN_USE})
+                result.free_to_fit.append({"node": account.node, "held_by": holding})
     return result

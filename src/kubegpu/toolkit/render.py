@@ -1,4 +1,5 @@
-"""Output for people (rich tables) and for scripts (JSON), shared by the toolkit commands."""
+"""Output for people (rich tables on a terminal, plain lines when piped) and for scripts (JSON), shared by
+the toolkit commands; the convention itself is kubegpu.common.output's."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from kubegpu.common import output
 from kubegpu.toolkit.scheduling import same_summary
 
 SEVERITY_STYLE = {
@@ -24,8 +25,7 @@ SEVERITY_STYLE = {
 
 
 def console() -> Console:
-    # Wide enough that tables stay readable when piped to a file or a CI log.
-    return Console(width=None if sys.stdout.isatty() else 160, soft_wrap=False)
+    return output.console()
 
 
 def emit_json(data: Any) -> None:
@@ -37,13 +37,8 @@ def styled(label: str) -> Text:
     return Text(label, style=SEVERITY_STYLE.get(label, ""))
 
 
-def table(title: str | None, columns: list[str], rows: list[list[Any]], **kwargs: Any) -> Table:
-    t = Table(title=title, title_justify="left", show_lines=False, **kwargs)
-    for col in columns:
-        t.add_column(col, overflow="fold")
-    for row in rows:
-        t.add_row(*[cell if isinstance(cell, Text) else Text(str(cell)) for cell in row])
-    return t
+def table(out: Console, title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    output.print_table(out, columns, rows, title=title)
 
 
 def print_explanation(result: Any, max_rows: int | None = None) -> None:
@@ -75,7 +70,7 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
     if result.fixes:
         out.print()
         rows = [[fix.kind, fix.summary] for fix in result.fixes]
-        out.print(table("What would fix it", ["Kind", "Fix"], rows))
+        table(out, "What would fix it", ["Kind", "Fix"], rows)
         for fix in result.fixes:
             if fix.kind == "free-gpus":
                 detail = [
@@ -86,9 +81,7 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                     ]
                     for r in fix.nodes[:10]
                 ]
-                out.print(
-                    table("Free these to fit the pod", ["Node", "Free", "Pods holding GPUs there"], detail)
-                )
+                table(out, "Free these to fit the pod", ["Node", "Free", "Pods holding GPUs there"], detail)
             elif fix.kind == "unhealthy-gpus":
                 detail = [
                     [
@@ -101,23 +94,21 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                     ]
                     for r in fix.nodes[:10]
                 ]
-                out.print(
-                    table(
-                        "Unhealthy GPUs hiding capacity",
-                        ["Node", "Resource", "Unhealthy", "Free now", "Free if healthy", "Pod fits then"],
-                        detail,
-                    )
+                table(
+                    out,
+                    "Unhealthy GPUs hiding capacity",
+                    ["Node", "Resource", "Unhealthy", "Free now", "Free if healthy", "Pod fits then"],
+                    detail,
                 )
     if result.dra is not None:
         print_dra(out, result.dra)
     for name, rows in result.fragmentation.items():
         frag = [[r.size, r.free, r.fits, r.stranded, f"{r.percent:.0f}%", r.largest_block] for r in rows]
-        out.print(
-            table(
-                f"Cluster-wide fragmentation of {name} (schedulable nodes)",
-                ["Request size", "Free", "Pods that fit", "Stranded", "Fragmentation", "Largest free block"],
-                frag,
-            )
+        table(
+            out,
+            f"Cluster-wide fragmentation of {name} (schedulable nodes)",
+            ["Request size", "Free", "Pods that fit", "Stranded", "Fragmentation", "Largest free block"],
+            frag,
         )
     verdicts = result.nodes if max_rows is None else result.nodes[:max_rows]
     gpu_cols = [f"{n} free/alloc/cap" for n in result.gpu_resources]
@@ -126,7 +117,7 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
         counts = [f"{c.free}/{c.allocatable}/{c.capacity}" for c in v.gpus.values()]
         verdict = styled("ok") if v.fits else Text(v.plugin or "", style="red")
         rows.append([v.node, v.pool, *counts, verdict, "; ".join(v.reasons) or "fits"])
-    out.print(table("Node by node", ["Node", "Pool", *gpu_cols, "Filter", "Why"], rows))
+    table(out, "Node by node", ["Node", "Pool", *gpu_cols, "Filter", "Why"], rows)
     if max_rows is not None and len(result.nodes) > max_rows:
         out.print(f"... and {len(result.nodes) - max_rows} more node(s); use --all-nodes or --json.")
 
@@ -134,7 +125,7 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
 def print_dra(out: Console, dra: Any, max_devices: int = 8) -> None:
     """The pod's DRA claims, then per node and request: devices left and what ruled out the others."""
     claims = [[c["name"], c["claim"], c["state"]] for c in dra.claims]
-    out.print(table("DRA claims", ["Pod claim", "ResourceClaim", "State"], claims))
+    table(out, "DRA claims", ["Pod claim", "ResourceClaim", "State"], claims)
     if not dra.nodes:
         return
     rows = []
@@ -158,10 +149,9 @@ def print_dra(out: Console, dra: Any, max_devices: int = 8) -> None:
                     ruled + "\n" + detail,
                 ]
             )
-    out.print(
-        table(
-            "DynamicResources, node by node (nodes that pass the other filters)",
-            ["Node", "Claim request", "Class", "Wants", "Available", "Verdict", "Ruled out"],
-            rows,
-        )
+    table(
+        out,
+        "DynamicResources, node by node (nodes that pass the other filters)",
+        ["Node", "Claim request", "Class", "Wants", "Available", "Verdict", "Ruled out"],
+        rows,
     )

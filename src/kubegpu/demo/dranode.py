@@ -1,6 +1,7 @@
-"""A simulated node for `kubegpu dra`: the API server (apisim), the kubelet's DRA side (kubeletsim), the fake
-NVML, and the driver as a separate process on real unix sockets. The scheduler's part is played by
-resourceapi's structured allocator: it allocates a claim from the published slices and reserves it."""
+"""A simulated node for `kubegpu dra` (the demo's DRA act and the contract tests): the API server (apisim),
+the kubelet's DRA side (kubeletsim), the fake NVML, and the driver as a separate process on real unix
+sockets. The scheduler's part is played by resourceapi's structured allocator: it allocates a claim from
+the published slices and reserves it."""
 
 from __future__ import annotations
 
@@ -17,14 +18,28 @@ from typing import Any
 
 from kubegpu.apisim import ApiServerSim
 from kubegpu.kubeletsim import Container, ContainerClaim, DraSettings, KubeletSimulator, Pod, PodResourceClaim
-from kubegpu.resourceapi import Allocator, parse_claim, parse_class, parse_slice, reserved_status
-from tests.dra_objects import device_class
+from kubegpu.resourceapi import (
+    Allocator,
+    allocated_devices,
+    parse_claim,
+    parse_class,
+    parse_slice,
+    reserved_status,
+)
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
+_GPU_SELECTOR = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+# NVIDIA's DeviceClass for whole GPUs (its chart's gpu.nvidia.com class).
+GPU_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": _GPU_SELECTOR}}]},
+}
 
 
-class DraNode:
+class SimulatedDraNode:
     def __init__(
         self, profile: str = "a100-mig", env: dict[str, str] | None = None, kubelet: str = "1.34"
     ) -> None:
@@ -42,10 +57,10 @@ class DraNode:
         self.driver: subprocess.Popen[bytes] | None = None
         self.sim: KubeletSimulator | None = None
 
-    async def __aenter__(self) -> DraNode:
+    async def __aenter__(self) -> SimulatedDraNode:
         self.api.start()
         self.api.add_node(NODE)
-        self.api.create("deviceclasses", device_class(), namespace="")
+        self.api.create("deviceclasses", GPU_CLASS, namespace="")
         self.kubeconfig = self.api.write_kubeconfig(self.root / "kubeconfig")
         await self.start_kubelet()
         return self
@@ -138,23 +153,28 @@ class DraNode:
 
     def allocate(self, claim: dict[str, Any], pod: Pod) -> dict[str, Any]:
         """Create the claim, allocate it as the scheduler would on this node, reserve it for `pod`."""
+        allocated = self.try_allocate(claim, pod)
+        if allocated is None:
+            raise AssertionError(f"the allocator found no devices for claim {claim['metadata']['name']}")
+        return allocated
+
+    def try_allocate(self, claim: dict[str, Any], pod: Pod) -> dict[str, Any] | None:
+        """`allocate`, or None (the claim created, left unallocated) when no device fits."""
         created = self.api.create("resourceclaims", claim)
         held = [
             parse_claim(c)
             for c in self.api.list("resourceclaims")
             if (c.get("status") or {}).get("allocation")
         ]
-        from kubegpu.resourceapi import allocated_devices
-
         allocator = Allocator(
             [parse_claim(created)],
             [parse_class(c) for c in self.api.list("deviceclasses")],
             [parse_slice(s) for s in self.slices()],
             allocated_devices(held),
         )
-        node = self.api.get("nodes", NODE, namespace="")
-        allocations = allocator.allocate(node)
-        assert allocations is not None, "the allocator found no devices for the claim"
+        allocations = allocator.allocate(self.api.get("nodes", NODE, namespace=""))
+        if allocations is None:
+            return None
         created["status"] = reserved_status(allocations[0], pod.name, pod.uid)
         return self.api.update("resourceclaims", created, status=True)
 
