@@ -127,6 +127,7 @@ def main() -> int:
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
         "hostile_config_bench": ["--runs", "3"],
+        "dra_bench": ["--rounds", "10", "--batch", "100"],
     }
     rows: list[Row] = []
     failed = False
