@@ -107,7 +107,9 @@ def test_nvidia_dra_driver_flags_table() -> None:
     assert [row[:3] for row in readme] == [
         ("`--node-name`", "`NODE_NAME`", ""),
         ("`--cdi-root`", "`CDI_ROOT`", "`/etc/cdi`"),
-        ("`--kubelet-registrar-directory-path`", "`KUBELET_REGISTRAR_DIRECTORY_PATH`", "`/var/lib/kubelet/plugins_registry`"),
-        ("`--kubelet-plugins-directory-path`", "`KUBELET_PLUGINS_DIRECTORY_PATH`", "`/var/lib/kubelet/plugins`"),
+        ("`--kubelet-registrar-directory-path`", "`KUBELET_REGISTRAR_DIRECTORY_PATH`",
+         "`/var/lib/kubelet/plugins_registry`"),
+        ("`--kubelet-plugins-directory-path`", "`KUBELET_PLUGINS_DIRECTORY_PATH`",
+         "`/var/lib/kubelet/plugins`"),
         ("`--kubeconfig`", "`KUBECONFIG`", ""),
     ]  # fmt: skip
