@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 TIME_SLICED = """
 version: v1
@@ -63,8 +64,9 @@ def test_env_applies_with_the_daemons_precedence(config: Path) -> None:
     )
     assert code == 1
     assert report["errors"] == [
-        "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly: "
-        "all devices on the node must be configured with the same migEnabled value"
+        "error building device map from config.resources: invalid MIG configuration: error visiting devices: "
+        "error visiting device: error visiting device: error visiting MIG device: error visiting MIG device: "
+        "more than one MIG device type present on node"
     ]
 
 
@@ -126,10 +128,10 @@ def test_human_output_lists_the_settings(config: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "settings outside the config file" in out.stdout
-    row = next(line for line in out.stdout.splitlines() if "KUBEGPU_DISCOVERY_RETRY_SECONDS" in line)
-    assert row.split() == ["│", "KUBEGPU_DISCOVERY_RETRY_SECONDS", "│", "12", "│", "env", "│"]
-    row = next(line for line in out.stdout.splitlines() if "KUBEGPU_HEALTH_PROBE_SECONDS" in line)
-    assert row.split() == ["│", "KUBEGPU_HEALTH_PROBE_SECONDS", "│", "5", "│", "default", "│"]
+    # piped: one plain line per setting, no table
+    assert "setting KUBEGPU_DISCOVERY_RETRY_SECONDS=12 (env)" in out.stdout.splitlines()
+    assert "setting KUBEGPU_HEALTH_PROBE_SECONDS=5 (default)" in out.stdout.splitlines()
+    assert "│" not in out.stdout
 
 
 def test_a_bad_setting_is_an_error_as_it_would_be_at_the_daemons_start(config: Path) -> None:
@@ -141,3 +143,198 @@ def test_a_bad_setting_is_an_error_as_it_would_be_at_the_daemons_start(config: P
         "KUBEGPU_HEALTH_PROBE_SECONDS='nan' is not a valid number of seconds: use a finite number greater "
         "than 0, e.g. 5 (the default)"
     ]  # SIGNAL is the config-manager's, not the plugin's
+
+
+# --- ConfigMaps, multi-document files and Helm values: each config under its key ------------------------
+
+BAD_REPLICAS = (
+    "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+    '    - name: nvidia.com/gpu\n      replicas: "two"\n'
+)
+# What `kubectl create configmap cfgs --from-file=ts=ts.yaml --from-file=good=good.yaml -o yaml` writes.
+CONFIGMAP = """apiVersion: v1
+data:
+  good: |
+    version: v1
+    sharing:
+      timeSlicing:
+        resources:
+        - name: nvidia.com/gpu
+          replicas: 4
+  ts: |
+    version: v1
+    sharing:
+      timeSlicing:
+        resources:
+        - name: nvidia.com/gpu
+          replicas: "two"
+kind: ConfigMap
+metadata:
+  name: cfgs
+"""
+GO_TYPE_ERROR = (
+    "sharing.timeSlicing.resources.0.replicas: json: cannot unmarshal string into Go struct field "
+    'Sharing.sharing.timeSlicing of type int (got "two")'
+)
+
+
+def check_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "kubegpu", "config", "check", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=60,
+    )
+
+
+def test_a_configmap_is_checked_key_by_key(tmp_path: Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text(CONFIGMAP)
+    code, report = run(str(path), "--profile", "t4-pcie")
+    assert code == 1
+    assert report["source"] == "ConfigMap" and report["errors"] == []
+    assert [c["key"] for c in report["configs"]] == ["good", "ts"]
+    good, bad = report["configs"]
+    assert good["errors"] == [] and good["warnings"] == []
+    assert len(good["resources"]["nvidia.com/gpu"]) == 16  # 4 T4s x 4 replicas
+    assert good["config_file"] == f"{path}[good]"
+    assert bad["errors"] == [GO_TYPE_ERROR] and bad["resources"] == {}
+    # no warnings about apiVersion, data, kind, metadata: the ConfigMap itself is never read as a config
+    assert all("unknown config key" not in w for c in report["configs"] for w in c["warnings"])
+
+
+def test_human_output_names_the_failing_key(tmp_path: Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text(CONFIGMAP)
+    out = check_cli(str(path), "--profile", "t4-pcie")
+    assert out.returncode == 1 and out.stderr == ""
+    assert f"config {path}[ts] on t4-pcie" in out.stdout.splitlines()
+    assert f"error: {GO_TYPE_ERROR}" in out.stdout.splitlines()
+    assert out.stdout.splitlines()[-1] == "FAILED: 1 of 2 configs: ts"
+
+
+def test_key_picks_one_config_and_an_unknown_key_is_config_managers_error(tmp_path: Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text(CONFIGMAP)
+    code, report = run(str(path), "--profile", "t4-pcie", "--key", "good")
+    assert code == 0 and [c["key"] for c in report["configs"]] == ["good"]
+    out = check_cli(str(path), "--profile", "t4-pcie", "--key", "time-slicing")
+    assert (out.returncode, out.stdout) == (2, "")
+    assert (
+        out.stderr == f"error: specified config time-slicing does not exist in {path} (its keys: good, ts)\n"
+    )
+
+
+def test_key_on_a_plain_config_is_bad_usage(config: Path) -> None:
+    out = check_cli(str(config), "--key", "x", "--profile", "t4-pcie")
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        f"error: --key x: {config} is a plain config, not a ConfigMap or Helm values file; drop --key\n"
+    )
+
+
+def test_a_multi_document_file_and_a_kubectl_list(tmp_path: Path) -> None:
+    daemonset = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: plugin\nspec: {}\n"
+    other = CONFIGMAP.replace("name: cfgs", "name: more")
+    stream = tmp_path / "all.yaml"
+    stream.write_text(f"# helm template output\n---\n{daemonset}---\n{CONFIGMAP}---\n{other}")
+    code, report = run(str(stream), "--profile", "t4-pcie", "--key", "good")
+    assert code == 0  # with several ConfigMaps each key is named after its ConfigMap
+    assert [c["key"] for c in report["configs"]] == ["cfgs/good", "more/good"]
+    items = yaml.safe_load(CONFIGMAP)
+    listing = tmp_path / "list.yaml"
+    listing.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [items]}))
+    code, report = run(str(listing), "--profile", "t4-pcie")
+    assert code == 1 and [c["key"] for c in report["configs"]] == ["good", "ts"]
+    only_daemonset = tmp_path / "ds.yaml"
+    only_daemonset.write_text(daemonset)
+    out = check_cli(str(only_daemonset))
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        f"error: {only_daemonset} holds Kubernetes objects (DaemonSet) but no ConfigMap: give the ConfigMap "
+        "that holds the configs, or the config file itself\n"
+    )
+
+
+def test_what_the_api_server_would_refuse_in_a_configmap(tmp_path: Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+        "data:\n  inline: {version: v1}\n  "
+        "a-very-long-name-that-no-label-value-can-hold-because-it-is-over-63: ''\n"
+    )
+    code, report = run(str(path), "--profile", "t4-pcie")
+    assert code == 1
+    assert report["errors"] == [
+        "ConfigMap c: data.inline is a map, not a string: the API server refuses it; write the config as a "
+        "block scalar (`inline: |` and the file indented below)"
+    ]
+    assert report["warnings"] == [
+        "a-very-long-name-that-no-label-value-can-hold-because-it-is-over-63: no node can select this "
+        "config: "
+        "the label "
+        "nvidia.com/device-plugin.config=a-very-long-name-that-no-label-value-can-hold-because-it-is-"
+        "over-63 is not a valid label value (at most 63 characters, starting and ending with a letter or "
+        "digit)"
+    ]
+
+
+def test_helm_values_config_map_with_the_charts_mps_root(tmp_path: Path) -> None:
+    mps = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump({"config": {"map": {"mps": mps, "bad": BAD_REPLICAS}, "default": "mps"}})
+    )
+    code, report = run(str(values), "--profile", "t4-pcie")
+    assert code == 1 and report["source"] == "Helm values" and report["unlabelled"] == "mps"
+    by_key = {c["key"]: c for c in report["configs"]}
+    # MPS needs --mps-root: the chart's MPS_ROOT (mps.root, default /run/nvidia/mps) applies
+    assert by_key["mps"]["errors"] == [] and len(by_key["mps"]["resources"]["nvidia.com/gpu"]) == 8
+    assert by_key["bad"]["errors"] == [GO_TYPE_ERROR]
+
+
+def test_values_whose_unlabelled_nodes_get_nothing(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {"config": {"map": {"a": "version: v1\n", "b": "version: v1\n"}, "fallbackStrategies": ["named"]}}
+        )
+    )
+    code, report = run(str(values), "--profile", "t4-pcie")
+    assert code == 1 and report["unlabelled"] is None
+    assert report["errors"] == [
+        "nodes without the nvidia.com/device-plugin.config label: no config was set, no default was "
+        "provided, "
+        "and all fallbacks failed"
+    ]
+
+
+def test_values_without_configs_say_where_they_are(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("config:\n  name: kubegpu-configs\n")
+    out = check_cli(str(values))
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        f"error: {values} is a Helm values file with an empty config.map: config.name=kubegpu-configs names "
+        "a "
+        "ConfigMap made beforehand: check it with `kubectl get configmap kubegpu-configs -n NAMESPACE -o "
+        "yaml "
+        "> cm.yaml && kubegpu config check cm.yaml`\n"
+    )
+
+
+def test_a_plain_mps_config_says_the_chart_sets_the_mps_root(tmp_path: Path) -> None:
+    path = tmp_path / "mps.yaml"
+    path.write_text(
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+    )
+    code, report = run(str(path), "--profile", "t4-pcie")
+    assert code == 1
+    assert report["errors"] == [
+        "unable to validate flags: using MPS requires --mps-root to be specified (the Helm chart sets it "
+        "from "
+        "mps.root, /run/nvidia/mps by default: check with --mps-root /run/nvidia/mps or give the values file)"
+    ]

@@ -41,7 +41,7 @@ from kubegpu.toolkit.manifests import Workload, parse_text
 from kubegpu.toolkit.model import Node, ObjectMeta, Pod, PodSpec, RuntimeClass
 from kubegpu.toolkit.snapshot import Snapshot
 
-from .conftest import CONFIGS, EXAMPLES, STATIC
+from .conftest import CONFIGS, EXAMPLES, STATIC, VALUES_EXAMPLES
 
 WORKLOADS = sorted(EXAMPLES.glob("*.yml"))
 PROMISE = re.compile(
@@ -93,11 +93,20 @@ def test_every_example_and_config_says_where_it_is_checked() -> None:
 # --- the configs ----------------------------------------------------------------------------------------
 
 
-def config_check(path: Path, profile: str) -> tuple[int, dict[str, Any]]:
+def config_check(path: Path, profile: str, *more: str, mps_root: bool = True) -> tuple[int, dict[str, Any]]:
     """`kubegpu config check PATH --profile PROFILE` with the flags the chart gives the plugin."""
     from kubegpu.cli.main import main
 
-    args = ["config", "check", str(path), "--profile", profile, "--json", *CHART_FLAGS]
+    args = [
+        "config",
+        "check",
+        str(path),
+        "--profile",
+        profile,
+        "--json",
+        *more,
+        *(CHART_FLAGS if mps_root else []),
+    ]
     result = CliRunner().invoke(main, args)
     return result.exit_code, json.loads(result.output)
 
@@ -107,6 +116,29 @@ def test_each_config_passes_config_check_on_its_nodes(path: Path, profile: str) 
     code, report = config_check(path, profile)
     assert code == 0 and report["errors"] == [] and report["warnings"] == [], report
     assert report["resources"] and all(report["resources"].values()), report["resources"]
+
+
+@pytest.mark.parametrize(("path", "profile"), CONFIG_CASES, ids=[f"{p.stem}@{n}" for p, n in CONFIG_CASES])
+def test_the_shipped_configmap_passes_config_check_key_by_key(path: Path, profile: str) -> None:
+    """What the install guide tells users to run on their ConfigMap: `config check FILE --key NAME`."""
+    code, report = config_check(STATIC / "kubegpu-configs.yml", profile, "--key", path.stem)
+    assert code == 0 and report["source"] == "ConfigMap" and report["errors"] == [], report
+    ((key, one),) = [(c["key"], c) for c in report["configs"]]
+    assert key == path.stem and one["errors"] == [] and one["warnings"] == [], one
+    assert one["resources"] == config_check(path, profile)[1]["resources"]
+
+
+def test_the_values_of_the_sharing_example_pass_config_check(tmp_path: Path) -> None:
+    """values-sharing.yaml with the example configs in config.map (what its --set-file lines make), as the
+    values file a user checks before rolling out: every config, and what an unlabelled node gets."""
+    values = yaml.safe_load((VALUES_EXAMPLES / "values-sharing.yaml").read_text())
+    values["config"]["map"] = {p.stem: p.read_text() for p in sorted(CONFIGS.glob("*.yaml"))}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    code, report = config_check(path, "dgx-a100", mps_root=False)  # the values' own mps.root applies
+    assert code == 0 and report["source"] == "Helm values" and report["errors"] == [], report
+    assert [c["key"] for c in report["configs"]] == ["default", "mig-mixed", "mps", "time-slicing"]
+    assert report["unlabelled"] == "default"
 
 
 def test_the_configmap_shipped_holds_the_checked_configs() -> None:

@@ -337,9 +337,12 @@ def test_transitions_name_the_gpu_by_index_and_uuid(step: Stepped, caplog: pytes
     step.state.inject_xid(1, 48)
     step.poll()
     step.probe(after_s=QUIET)
-    down, up = (r.getMessage() for r in caplog.records if "->" in r.getMessage())
-    assert down.startswith(f"GPU 1 ({step.uuids[1]}) Healthy -> Unhealthy: XID 48 (double-bit ECC error)")
-    assert up.startswith(f"GPU 1 ({step.uuids[1]}) Unhealthy -> Healthy: recovery probes passed")
+    down, up = (r for r in caplog.records if "->" in r.getMessage())
+    assert down.getMessage().startswith(
+        f"GPU 1 ({step.uuids[1]}) Healthy -> Unhealthy: XID 48 (double-bit ECC error)"
+    )
+    assert up.getMessage().startswith(f"GPU 1 ({step.uuids[1]}) Unhealthy -> Healthy: recovery probes passed")
+    assert (down.levelname, up.levelname) == ("WARNING", "INFO")  # a recovery is good news
 
 
 # --- the thread --------------------------------------------------------------------------------------

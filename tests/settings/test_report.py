@@ -18,6 +18,8 @@ def test_the_start_up_block_names_each_setting_its_value_and_source() -> None:
     assert resolve(given).log_settings().splitlines() == [
         '  flag     KUBELET_SOCKET="" (--kubelet-socket)',
         '  default  CONFIG_FILE=""',
+        '  default  CDI_DISABLE_HOOKS=""',
+        '  default  CDI_FEATURE_FLAGS=""',
         "  env      DP_DISABLE_HEALTHCHECKS=all",
         '  default  DP_ENABLE_HEALTHCHECKS=""',
         "  default  KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION=false",

@@ -54,6 +54,9 @@ SURFACE = [
     ("plugin", "--kubelet-socket", (), ("KUBELET_SOCKET",), "/var/lib/kubelet/device-plugins/kubelet.sock"),
     ("plugin", "--config-file", (), ("CONFIG_FILE",), ""),
     ("plugin", "--mps-root", (), ("MPS_ROOT",), ""),
+    ("plugin", "--device-discovery-strategy", (), ("DEVICE_DISCOVERY_STRATEGY",), "auto"),
+    ("plugin", "--cdi-disable-hooks", (), ("CDI_DISABLE_HOOKS",), ""),
+    ("plugin", "--cdi-feature-flags", (), ("CDI_FEATURE_FLAGS",), ""),
     ("plugin", "--allow-resource-customization", (), ("KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION",), "false"),
     ("plugin", "--http-port", (), ("KUBEGPU_HTTP_PORT",), "0"),
     ("plugin", "--http-address", (), ("KUBEGPU_HTTP_ADDRESS",), ""),
@@ -241,4 +244,5 @@ def test_nvidias_choices_are_what_nvidias_validation_accepts(setting: Setting) -
         "device-list-strategy": ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri"),
         "device-id-strategy": ("uuid", "index"),
         "shared-devices-allocation-policy": ("distributed", "packed"),
+        "device-discovery-strategy": ("auto", "nvml", "tegra"),
     }

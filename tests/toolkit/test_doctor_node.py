@@ -195,4 +195,8 @@ def test_cli_json_and_bad_root(host: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert result.exit_code == 0, result.output
     assert {f["status"] for f in json.loads(result.output)["findings"]} == {"ok"}
     result = CliRunner().invoke(doctor, ["--host-root", str(host / "nope")])
-    assert result.exit_code == 1 and "not a directory" in result.output
+    assert (result.exit_code, result.stdout) == (2, "")  # bad input, not a finding
+    assert result.stderr == (
+        f"error: --host-root {host / 'nope'} is not a directory: pass the directory where the host's "
+        "filesystem is mounted, e.g. --host-root /host\n"
+    )

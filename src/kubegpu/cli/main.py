@@ -25,6 +25,8 @@ class LazyGroup(click.Group):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands: dict[str, str] = {}
+        # Each lazy command's one-line help, as its docstring's first sentence gives it (a test compares).
+        self.lazy_help: dict[str, str] = {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy_commands])
@@ -44,6 +46,19 @@ class LazyGroup(click.Group):
         """
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
+        from kubegpu.common.output import flush_stdout
+
+        try:
+            code = self._run(args, prog_name, complete_var, **kwargs)
+        except SystemExit:
+            flush_stdout()  # buffered output whose reader went away: quiet, not 'Exception ignored'
+            raise
+        flush_stdout()
+        sys.exit(code)
+
+    def _run(
+        self, args: Sequence[str] | None, prog_name: str | None, complete_var: str | None, **kwargs: Any
+    ) -> int:
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
         except click.exceptions.Abort:
@@ -57,11 +72,36 @@ class LazyGroup(click.Group):
             sys.exit(err.exit_code)
         except OSError as err:
             if err.errno == errno.EPIPE:  # the reader of our output went away (| head)
-                sys.exit(1)
+                from kubegpu.common.output import quiet_broken_pipe
+
+                quiet_broken_pipe()
             _internal_error(err)
         except Exception as err:
             _internal_error(err)
-        sys.exit(result if isinstance(result, int) else 0)
+        return result if isinstance(result, int) else 0
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # Caught here, before click's own handler turns a broken pipe into exit 1.
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            from kubegpu.common.output import quiet_broken_pipe
+
+            quiet_broken_pipe()
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from `lazy_help`, so `kubegpu --help` imports none of the subcommands."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.lazy_help:
+                rows.append((name, self.lazy_help[name]))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = self.lazy_commands.get(cmd_name)
@@ -109,5 +149,28 @@ main.lazy_commands.update(
         "labels": "kubegpu.labels.cli:labels",
         "config-manager": "kubegpu.configmanager.cli:config_manager",
         "mps-daemon": "kubegpu.mps.cli:mps_daemon",
+    }
+)
+main.lazy_help.update(
+    {
+        "plugin": "Run the device plugin daemon on this node.",
+        "demo": (
+            "Show the plugin on a simulated GPU node: registration, an allocation, an XID, a kubelet restart."
+        ),
+        "kubelet-sim": "Run a simulated kubelet that device plugins can register with.",
+        "fake-nvml": "The fake NVML: GPU nodes without GPUs, for demos and tests.",
+        "lint": "Check pod specs for GPU mistakes before they reach the cluster.",
+        "explain": (
+            "Explain why a GPU pod is Pending, in kube-scheduler's words, and what would let it schedule."
+        ),
+        "doctor": "Diagnose the classic GPU faults on this node, or across the cluster with --cluster.",
+        "config": "Work with NVIDIA-format config files.",
+        "labels": (
+            "Label this node as NVIDIA's GPU Feature Discovery does (nvidia.com/gpu.product, gpu.count, ...)."
+        ),
+        "config-manager": (
+            "Point the plugin's config file at the one this node's label selects, and signal the plugin."
+        ),
+        "mps-daemon": "The MPS control daemons for resources shared with MPS (NVIDIA's mps-control-daemon).",
     }
 )

@@ -22,11 +22,11 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from kubegpu.allocation.preferred import pair_score
 from kubegpu.api.v1beta1 import api_pb2
+from kubegpu.common import output
 from kubegpu.demo.dra_act import dra_act
 from kubegpu.demo.dranode import SimulatedDraNode
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
@@ -50,47 +50,65 @@ class Narrator:
 
     def section(self, title: str) -> None:
         self.step += 1
-        if not self.quiet:
-            self.console.print()
+        if self.quiet:
+            return
+        self.console.print()
+        if self.console.is_terminal:
             self.console.rule(Text(f"{self.step}. {title}", style="bold"), align="left")
+        else:  # piped: a rule would be as wide as the unlimited line
+            self.console.print(Text(f"== {self.step}. {title}"))
 
     def command(self, text: str) -> None:
         if not self.quiet:
             self.console.print(Text.assemble(("$ ", "green"), (text, "bold")))
 
     def say(self, *parts: Any) -> None:
-        if not self.quiet:
-            self.console.print(*parts)
+        if self.quiet:
+            return
+        for part in parts:
+            if isinstance(part, Rows):
+                output.print_table(self.console, part.columns, part.rows, title=part.title)
+            else:
+                self.console.print(part)
 
 
-def _node_table(node: SimulatedNode) -> Table:
+@dataclass(frozen=True)
+class Rows:
+    """A table for the narration: drawn on a terminal, plain lines when piped (kubegpu.common.output)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+def _node_table(node: SimulatedNode) -> Rows:
     sim = node.sim
-    table = Table(title="kubectl describe node (Capacity / Allocatable)", title_justify="left")
-    table.add_column("resource")
-    table.add_column("capacity", justify="right")
-    table.add_column("allocatable", justify="right")
+    rows: list[list[Any]] = []
     for resource, cap in sorted(sim.capacity().items()):
         alloc = sim.allocatable().get(resource, 0)
-        table.add_row(resource, str(cap), Text(str(alloc), style="red" if alloc < cap else "green"))
-    return table
+        rows.append([resource, str(cap), Text(str(alloc), style="red" if alloc < cap else "green")])
+    return Rows(
+        "kubectl describe node (Capacity / Allocatable)", ["resource", "capacity", "allocatable"], rows
+    )
 
 
-def _gpu_table(node: SimulatedNode, inventory: Inventory, holders: dict[str, str]) -> Table:
+def _gpu_table(node: SimulatedNode, inventory: Inventory, holders: dict[str, str]) -> Rows:
     devices = node.sim.devices(GPU_RESOURCE)
-    table = Table(title=f"{GPU_RESOURCE} devices as the kubelet sees them", title_justify="left")
-    for column in ("GPU", "device ID (UUID)", "NUMA", "health", "held by"):
-        table.add_column(column)
+    rows: list[list[Any]] = []
     for gpu in inventory.gpus:
         state = devices.get(gpu.uuid)
         health = state.health if state else "-"
-        table.add_row(
-            str(gpu.index),
-            gpu.uuid,
-            "-" if gpu.numa_node is None else str(gpu.numa_node),
-            Text(health, style="green" if health == "Healthy" else "red"),
-            holders.get(gpu.uuid, ""),
+        rows.append(
+            [
+                str(gpu.index),
+                gpu.uuid,
+                "-" if gpu.numa_node is None else str(gpu.numa_node),
+                Text(health, style="green" if health == "Healthy" else "red"),
+                holders.get(gpu.uuid, "") or "-",
+            ]
         )
-    return table
+    columns = ["GPU", "device ID (UUID)", "NUMA", "health", "held by"]
+    return Rows(f"{GPU_RESOURCE} devices as the kubelet sees them", columns, rows)
 
 
 def _link_text(inventory: Inventory, a_uuid: str, b_uuid: str) -> str:
@@ -346,7 +364,7 @@ def demo_cmd(profile: str, as_json: bool) -> None:
     Needs no GPU and no cluster and takes a few seconds. The plugin runs as its own process on the fake
     NVML and talks to the kubelet simulator over unix sockets in a temp dir, which is removed afterwards.
     """
-    console = Console(highlight=False)
+    console = output.console()
     try:
         load_nvml(NvmlSelection.fake(profile))
     except ValueError as err:  # an unknown profile, or a profile file that cannot be used

@@ -34,7 +34,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import urllib3
@@ -50,6 +49,7 @@ log = logging.getLogger(__name__)
 
 HTTP_NOT_FOUND, HTTP_CONFLICT, HTTP_GONE = 404, 409, 410
 REQUEST_TIMEOUT = (10.0, 30.0)  # connect, read
+FOREIGN_EDIT_DELAY = 5.0  # seconds between two rewrites of slices someone else keeps changing
 WATCH_SECONDS = (300, 600)  # client-go's reflector: a random 5-10 minute watch, spreading reconnects
 # Errors a retry may fix: the API server's answers, and connections that fail or return garbage.
 RETRIED = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, KeyError, TypeError)
@@ -64,12 +64,6 @@ def default_backoff() -> Backoff:
     return Backoff(initial=0.8, maximum=30.0, jitter=(1.0, 1.25), reset_after=120.0)
 
 
-@dataclass
-class _Written:
-    devices: list[Device]  # what we meant (v1 shape)
-    obj: dict[str, Any]  # what the server answered: a cached slice equal to it is still ours
-
-
 class SlicePublisher:
     """Keeps the node's pool of ResourceSlices equal to the latest `update()`, until `stop()`."""
 
@@ -81,6 +75,7 @@ class SlicePublisher:
         node_name: str,
         max_devices_per_slice: int = slices.MAX_DEVICES_PER_SLICE,
         backoff: Callable[[], Backoff] = default_backoff,
+        foreign_edit_delay: float = FOREIGN_EDIT_DELAY,
     ) -> None:
         if max_devices_per_slice < 1:
             raise ValueError(f"max_devices_per_slice must be at least 1, got {max_devices_per_slice}")
@@ -107,7 +102,10 @@ class SlicePublisher:
         self._node_uid: str | None = None
         self._cache: dict[str, dict[str, Any]] = {}  # our slices by name, as last listed or watched
         self._listed = False
-        self._written: dict[str, _Written] = {}
+        self._written: set[str] = set()  # the slices we created or replaced (by name)
+        self._last_chunks: list[list[Device]] | None = None  # what the last write published
+        self._foreign_edit_delay = foreign_edit_delay
+        self._last_fix = -foreign_edit_delay  # when someone else's change was last undone
         self._generation = 0
         self._published = 0  # the update() count last published
         self._left_out: tuple[str, ...] = ()
@@ -196,7 +194,22 @@ class SlicePublisher:
         if self._in_sync(chunks):
             self._published = requested
             return
+        if self._edited_by_others(chunks):
+            # Put it back, but not more often than every FOREIGN_EDIT_DELAY: two writers that disagree (the
+            # two pods of a rolling update) must not take turns as fast as the API server answers.
+            wait = self._last_fix + self._foreign_edit_delay - time.monotonic()
+            if wait > 0:
+                assert self._loop is not None
+                self._loop.call_later(wait, self._poke_now)
+                return
+            self._last_fix = time.monotonic()
+            log.info(
+                "the ResourceSlices of pool %s were changed by someone else; writing them again",
+                self.node_name,
+            )
         await self._write(chunks)
+        self._last_chunks = chunks
+        self._written &= set(self._cache)
         self._published = requested
         self.last_publish_seconds = time.monotonic() - requested_at
 
@@ -245,17 +258,28 @@ class SlicePublisher:
         return not slices.dropped_taints([tainted], slices.devices_of(json.loads(got.data), self._v))
 
     def _in_sync(self, chunks: list[list[Device]]) -> bool:
-        """Whether our slices hold exactly these chunks, at one generation, unchanged by anyone else."""
+        """Whether our slices hold exactly these chunks, as one complete pool at one generation.
+
+        Compared by content, not by who wrote it: a restarted driver (or the other pod of a rolling update)
+        that finds the pool as it wants it writes nothing.
+        """
         mine = self._mine()
-        if len(mine) != len(chunks) or self._generation == 0:
+        if len(mine) != len(chunks) or len({slices.generation_of(o) for o in mine}) != 1:
             return False
-        for obj, devices in zip(mine, chunks, strict=True):
-            written = self._written.get(slices.name_of(obj))
-            if written is None or written.devices != devices or obj.get("spec") != written.obj.get("spec"):
+        for obj in mine:
+            pool = (obj.get("spec") or {}).get("pool") or {}
+            if pool.get("name") != self.node_name or pool.get("resourceSliceCount") != len(chunks):
                 return False
-            if slices.pool_of(obj) != self.node_name or slices.generation_of(obj) != self._generation:
-                return False
+        # Which slice holds which chunk does not matter (slice names are random): compare as multisets.
+        got = sorted(slices.content_key(slices.devices_of(o, self._v)) for o in mine)
+        if got != sorted(slices.content_key(c) for c in chunks):
+            return False
+        self._generation = slices.generation_of(mine[0])
         return True
+
+    def _edited_by_others(self, chunks: list[list[Device]]) -> bool:
+        """Our last write already wanted these chunks and no slice went or came: someone changed one."""
+        return chunks == self._last_chunks and set(self._cache) == self._written
 
     def _mine(self) -> list[dict[str, Any]]:
         return [self._cache[name] for name in sorted(self._cache)]
@@ -299,6 +323,9 @@ class SlicePublisher:
             raise PublishError(f"node {self.node_name!r} has no UID")
         return str(uid)
 
+    def _known_devices(self) -> list[Device]:
+        return [d for obj in list(self._cache.values()) for d in slices.devices_of(obj, self._v)]
+
     def _new_body(
         self, devices: list[Device], *, generation: int, count: int, node_uid: str
     ) -> dict[str, Any]:
@@ -320,7 +347,8 @@ class SlicePublisher:
 
     def _create(self, devices: list[Device], generation: int, count: int) -> None:
         assert self._node_uid is not None
-        body = self._new_body(devices, generation=generation, count=count, node_uid=self._node_uid)
+        sent = slices.carry_taint_times(devices, self._known_devices())
+        body = self._new_body(sent, generation=generation, count=count, node_uid=self._node_uid)
         got = self._custom.create_cluster_custom_object(
             GROUP, self._v, PLURAL, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
         )
@@ -333,7 +361,7 @@ class SlicePublisher:
             node_name=self.node_name,
             generation=generation,
             count=count,
-            devices=devices,
+            devices=slices.carry_taint_times(devices, self._known_devices()),
             version=self._v,
         )
         name = slices.name_of(current)
@@ -343,9 +371,8 @@ class SlicePublisher:
             )
         except ApiException as err:
             if err.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
-                self._forget(
-                    name
-                )  # gone or changed meanwhile: the watch brings the truth, the retry fixes it
+                # Gone or changed meanwhile: the watch brings the current state, the retry builds on it.
+                self._forget(name)
             raise
         self._wrote(json.loads(got.data), devices)
 
@@ -367,7 +394,7 @@ class SlicePublisher:
             # The server stopped keeping taints (a downgrade, the gate turned off): the next pass sees the
             # slice differ from what it wants and writes it again without the tainted devices.
             self._taints_dropped()
-        self._call_in_loop(self._remember, obj, devices)
+        self._call_in_loop(self._remember, obj)
 
     def _taints_dropped(self) -> None:
         self.taints_served = False
@@ -379,17 +406,16 @@ class SlicePublisher:
 
     # ---- the cache (loop thread) ---------------------------------------------------------------------
 
-    def _remember(self, obj: dict[str, Any], devices: list[Device]) -> None:
-        name = slices.name_of(obj)
-        self._written[name] = _Written(devices, obj)
+    def _remember(self, obj: dict[str, Any]) -> None:
+        self._written.add(slices.name_of(obj))
         self._seen(obj)
 
     def _forget(self, name: str) -> None:
-        self._call_in_loop(self._written.pop, name, None)
+        self._call_in_loop(self._written.discard, name)
 
     def _gone(self, name: str) -> None:
         self._cache.pop(name, None)
-        self._written.pop(name, None)
+        self._written.discard(name)
 
     def _seen(self, obj: dict[str, Any]) -> None:
         """A newer state of one of our slices (an older one, arriving late from the watch, is ignored)."""
@@ -411,7 +437,8 @@ class SlicePublisher:
             if name in self._written:
                 log.info("ResourceSlice %s was deleted; publishing pool %s again", name, self.node_name)
                 self._node_uid = None  # a deleted Node takes its slices: read the (new) UID again
-            self._gone(name)
+            # Kept in _written until the next write: a deletion is put right at once, not held off as an edit.
+            self._cache.pop(name, None)
         else:
             self._seen(obj)
         self._poke_now()

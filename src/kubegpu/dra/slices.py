@@ -14,6 +14,7 @@ spans several slices, each carrying the pool's generation and slice count.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,6 +90,34 @@ def without_taints(devices: Sequence[Device]) -> tuple[list[Device], list[str]]:
     return kept, [str(d.get("name", "")) for d in devices if d.get("taints")]
 
 
+def carry_taint_times(devices: Sequence[Device], known: Sequence[Device]) -> list[Device]:
+    """`devices` with each taint's `timeAdded` taken from the same taint on the same device in `known`.
+
+    The API server stamps a taint without `timeAdded` with the time of the write; re-stamping it on every
+    generation bump would restart the clock a NoExecute toleration's `tolerationSeconds` counts from.
+    """
+    times = {
+        (d.get("name"), t.get("key"), t.get("value"), t.get("effect")): t["timeAdded"]
+        for d in known
+        for t in d.get("taints") or []
+        if isinstance(t, dict) and t.get("timeAdded")
+    }
+    if not times:
+        return list(devices)
+    out = []
+    for device in devices:
+        taints = device.get("taints")
+        if taints:
+            device = {**device, "taints": [_stamped(device.get("name"), t, times) for t in taints]}
+        out.append(device)
+    return out
+
+
+def _stamped(name: Any, taint: dict[str, Any], times: Mapping[tuple[Any, ...], Any]) -> dict[str, Any]:
+    when = times.get((name, taint.get("key"), taint.get("value"), taint.get("effect")))
+    return {**taint, "timeAdded": when} if when and not taint.get("timeAdded") else taint
+
+
 def owner_reference(node_name: str, node_uid: str) -> dict[str, Any]:
     """The Node as the slices' controlling owner: they go when the Node goes (garbage collection)."""
     return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
@@ -131,6 +160,18 @@ def dropped_taints(sent: Sequence[Device], got: Sequence[Device]) -> bool:
     """Whether the server dropped device taints we sent (it does not serve them: DRADeviceTaints off)."""
     got_by_name = {d.get("name"): d for d in got}
     return any(d.get("taints") and not (got_by_name.get(d.get("name")) or {}).get("taints") for d in sent)
+
+
+def content_key(devices: Sequence[Device]) -> str:
+    """One slice's devices as comparable text; the server's `timeAdded` on a taint does not count."""
+    return json.dumps([_untimed(d) for d in devices], sort_keys=True)
+
+
+def _untimed(device: Mapping[str, Any]) -> dict[str, Any]:
+    taints = device.get("taints")
+    if not taints:
+        return {k: v for k, v in device.items() if k != "taints"}
+    return {**device, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in taints]}
 
 
 def generation_of(obj: Mapping[str, Any]) -> int:

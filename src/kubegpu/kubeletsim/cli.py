@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
+
+from kubegpu.common import output
 
 from .devicesets import ENDPOINT_STOP_GRACE_PERIOD
 from .dra import KUBELET_VERSIONS, DraSettings
@@ -26,7 +27,7 @@ def _print_json(event: SimEvent) -> None:
 
 
 async def _serve(plugin_dir: Path, as_json: bool, grace_period: float, dra: DraSettings | None) -> None:
-    console = Console(highlight=False)
+    console = output.console()
     sim = KubeletSimulator(
         plugin_dir,
         on_event=_print_json if as_json else Narrator(console, node_tables=True),

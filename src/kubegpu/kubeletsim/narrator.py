@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from kubegpu.common import output
+
 from .events import EventKind, SimEvent
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _STYLES: dict[EventKind, str] = {
     EventKind.KUBELET_STARTED: "bold green",
@@ -37,12 +41,19 @@ _STYLES: dict[EventKind, str] = {
 _KIND_WIDTH = max(len(k) for k in EventKind)
 
 
-def node_status_table(capacity: Mapping[str, int], allocatable: Mapping[str, int]) -> Table:
-    table = Table("resource", "capacity", "allocatable", title="node status", title_justify="left")
+def print_node_status(console: Console, capacity: Mapping[str, int], allocatable: Mapping[str, int]) -> None:
+    """The node's extended resources: a table on a terminal, `node status: RESOURCE capacity N ...` piped."""
+    rows: list[list[Any]] = []
     for resource in sorted(capacity):
         cap, alloc = capacity[resource], allocatable.get(resource, 0)
-        table.add_row(resource, str(cap), Text(str(alloc), style="red" if alloc < cap else ""))
-    return table
+        rows.append([resource, str(cap), Text(str(alloc), style="red" if alloc < cap else "")])
+    output.print_table(
+        console,
+        ["resource", "capacity", "allocatable"],
+        rows,
+        title="node status",
+        plain=lambda r: f"node status: {r[0]} capacity {r[1]} allocatable {r[2]}",
+    )
 
 
 class Narrator:
@@ -52,7 +63,7 @@ class Narrator:
     """
 
     def __init__(self, console: Console | None = None, *, node_tables: bool = False) -> None:
-        self.console = console or Console(highlight=False)
+        self.console = console or output.console()
         self.node_tables = node_tables
         self._start: float | None = None
 
@@ -65,6 +76,6 @@ class Narrator:
             (f"{event.kind:<{_KIND_WIDTH}} ", _STYLES.get(event.kind, "")),
             event.message,
         )
-        self.console.print(line)
+        self.console.print(line, soft_wrap=True)  # one event, one line: grep sees it whole
         if self.node_tables and event.kind == EventKind.NODE_STATUS:
-            self.console.print(node_status_table(event.data["capacity"], event.data["allocatable"]))
+            print_node_status(self.console, event.data["capacity"], event.data["allocatable"])

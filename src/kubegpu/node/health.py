@@ -427,7 +427,7 @@ class HealthMonitor:
                 continue
             if not self.faults.clear(uuid, fault):
                 continue  # a critical event arrived while we probed: the quiet period starts over
-            log.warning(
+            log.info(  # good news: INFO, so alerts on WARNING fire for the fault, not for its end
                 "GPU %s Unhealthy -> Healthy: recovery probes passed after %s (handle and memory readable, "
                 "no pending page retirement or row remap, %g s without critical XIDs)",
                 self._name(uuid),

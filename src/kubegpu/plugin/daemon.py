@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kubegpu.allocation.allocate import AllocateOptions
 from kubegpu.allocation.cdi import Spec, specs_for
@@ -50,10 +50,9 @@ from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.node.xids import XidAction, XidCatalogError
 from kubegpu.plugin.cdi_files import CdiSpecWriter
 from kubegpu.plugin.coexist import describe, leave_to_dra
+from kubegpu.plugin.config_diff import config_changes
+from kubegpu.plugin.events import DaemonEvents, NoMetrics
 from kubegpu.plugin.filewatch import watch_file
-from kubegpu.plugin.http_endpoint import HttpServer
-from kubegpu.plugin.metrics import PluginMetrics
-from kubegpu.plugin.podresources_client import PodResourcesClient
 from kubegpu.plugin.reconcile import (
     MonitorStep,
     Plan,
@@ -71,6 +70,9 @@ from kubegpu.settings.dra_selection import GpuSelection
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import PluginSettings
 from kubegpu.settings.table import CDI_ROOT_ENV
+
+if TYPE_CHECKING:
+    from kubegpu.plugin.http_endpoint import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +166,18 @@ class Daemon:
         )
         self.started_at = time.monotonic()
         self._discovered = False  # the first discovery has finished (GPUs found or not)
-        pod_resources = settings.pod_resources_socket
-        self.metrics = PluginMetrics(
-            status=self,
-            pod_resources=PodResourcesClient(pod_resources) if pod_resources else None,
-            tasks=lambda: self.supervisor.states(),
-        )
+        self.metrics: DaemonEvents = NoMetrics()
+        served_metrics = None
+        if settings.http_port:  # prometheus-client only when /metrics is served (events.py says why)
+            from kubegpu.plugin.metrics import PluginMetrics
+            from kubegpu.plugin.podresources_client import PodResourcesClient
+
+            pod_resources = settings.pod_resources_socket
+            self.metrics = served_metrics = PluginMetrics(
+                status=self,
+                pod_resources=PodResourcesClient(pod_resources) if pod_resources else None,
+                tasks=lambda: self.supervisor.states(),
+            )
         self.supervisor = Supervisor(self._fatal, observer=self.metrics, backoff=restart_backoff)
         self.registrar = Registrar(
             self.plugin_dir,
@@ -177,19 +185,19 @@ class Daemon:
             on_registered=self.metrics.registered,
             spawn=self.supervisor.spawn,
         )
-        self.http = (
-            HttpServer(
+        self.http: HttpServer | None = None
+        if served_metrics is not None:
+            from kubegpu.plugin.http_endpoint import HttpServer
+
+            self.http = HttpServer(
                 self,
-                self.metrics,
+                served_metrics,
                 port=settings.http_port,
                 host=settings.http_address or None,
                 grace_s=settings.health_grace_s,
                 tasks_down=self.supervisor.down,
                 spawn=self.supervisor.spawn,
             )
-            if settings.http_port
-            else None
-        )
         try:
             self.health_settings = HealthSettings.from_settings(settings.env)
         except XidCatalogError as err:
@@ -372,9 +380,7 @@ class Daemon:
             if load_config:
                 self.metrics.config_reload("error")
             return
-        if load_config:
-            log.info("reloading with the new config")
-            log.info("Running with config:\n%s", settings.log_json())
+        previous = self.settings.log_json()
         try:
             applied = await self._apply(candidate)
         except Exception as err:
@@ -383,7 +389,9 @@ class Daemon:
             return
         if load_config:
             self.metrics.config_reload(None)
-            log.info("reload complete: %s", applied.summary())
+            # One line: what changed in the config and what that changed in what is served.
+            changed = config_changes(previous, settings.log_json())
+            log.info("reload complete: %s; served: %s", changed, applied.summary())
 
     async def _load_settings(self) -> PluginSettings:
         """The new settings, parsed off the event loop within the time budget; ReloadError otherwise."""

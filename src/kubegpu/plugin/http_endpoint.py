@@ -229,7 +229,8 @@ class HttpServer:
             self._sampler = self._spawn("health-sampler", self._sample)
         else:
             self._sampler = asyncio.create_task(self._sample(), name="health-sampler")
-        log.info("serving /healthz, /readyz and /metrics on %s:%d", self.host or "*", self.port)
+        # The daemon logs "serving ..." once at INFO; the address detail is for debugging.
+        log.debug("HTTP endpoint listening on %s:%d", self.host or "*", self.port)
 
     async def close(self) -> None:
         server, self._server = self._server, None

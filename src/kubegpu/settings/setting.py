@@ -22,8 +22,9 @@ Kind = Literal["str", "path", "bool", "list", "int", "float", "seconds", "durati
 Owner = Literal["nvidia", "kubegpu"]
 # How an env var set to "" counts. "unset": as if it were not there (the next env var, else the default).
 # "urfave": GFD's urfave/cli rule: the first env var present wins even when empty; "" is false for a
-# boolean, is ignored for a duration and is the value itself for text.
-EmptyEnv = Literal["unset", "urfave"]
+# boolean, is ignored for a duration and is the value itself for text. "value": "" is the value itself
+# (a text setting whose help says "" turns something off).
+EmptyEnv = Literal["unset", "urfave", "value"]
 
 # The commands that take settings, as a user types them after `kubegpu`.
 PLUGIN = "plugin"

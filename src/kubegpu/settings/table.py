@@ -26,6 +26,7 @@ from kubegpu.settings.choices import (
     DEFAULT_PROCESS_TO_SIGNAL,
     DEFAULT_SLEEP_INTERVAL,
     DEFAULT_SYSFS_ROOT,
+    DEVICE_DISCOVERY_STRATEGIES,
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,
     DISTRIBUTED,
@@ -162,6 +163,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mps-root", ("MPS_ROOT",), "", "str",
             "Host directory of the MPS control daemons' pipes and shm (required when MPS sharing is on).",
             "nvidia", _PLUGIN, path=("flags", "mpsRoot")),
+    Setting("device-discovery-strategy", ("DEVICE_DISCOVERY_STRATEGY",), AUTO_DISCOVERY, "str",
+            "How GPUs are found: auto, nvml or tegra (NVIDIA's choices); kubegpu uses NVML for all and says "
+            "so once for tegra.",
+            "nvidia", _PLUGIN, path=("flags", "deviceDiscoveryStrategy"),
+            choices=DEVICE_DISCOVERY_STRATEGIES),
+    Setting("cdi-disable-hooks", ("CDI_DISABLE_HOOKS",), (), "list",
+            "Hooks to leave out of the generated CDI specs (comma list): create-symlinks, update-ldcache, or "
+            "all; NVIDIA's other hook names are accepted (kubegpu writes only these two).",
+            "nvidia", _PLUGIN),
+    Setting("cdi-feature-flags", ("CDI_FEATURE_FLAGS",), (), "list",
+            "Feature flags of NVIDIA's CDI library (comma list). Accepted; kubegpu writes its own specs, "
+            "which these do not change, and says so once.",
+            "nvidia", _PLUGIN),
     # --- the plugin: NVIDIA's env vars (read directly, not flags) ----------------------------------------
     Setting("disable-healthchecks", (DISABLE_HEALTHCHECKS_ENV,), "", "xids",
             "XIDs not to act on (comma list), added to the default 13, 31, 43, 45, 68, 109; all (or xids) "
@@ -182,7 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
             "kubegpu", _PLUGIN),
     Setting("pod-resources-socket", ("KUBEGPU_POD_RESOURCES_SOCKET",), DEFAULT_POD_RESOURCES_SOCKET, "str",
             'The kubelet\'s PodResources API, for the which-pod-holds-which-GPU metric; "" turns it off.',
-            "kubegpu", _PLUGIN),
+            "kubegpu", _PLUGIN, empty_env="value"),
     Setting("dra-gpus", ("KUBEGPU_DRA_GPUS",), NO_GPUS, "gpus",
             "GPUs served through DRA by `kubegpu dra`, which this plugin leaves out (with their MIG devices "
             "and replicas): all, none, or a comma list of indices and GPU UUIDs.",

@@ -13,12 +13,13 @@ import contextlib
 import difflib
 import gc
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
+from kubegpu.common import output
 from kubegpu.common.files import MIB, FileProblem, decode_text, read_text_file
 from kubegpu.toolkit import render
 from kubegpu.toolkit.cluster_facts import ClusterFacts
@@ -37,8 +38,7 @@ MANIFEST_LIMIT = 256 * MIB
 
 
 def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(USAGE_ERROR)
+    output.error(message, USAGE_ERROR)
 
 
 @contextlib.contextmanager
@@ -156,6 +156,9 @@ def lint_files(
     if namespace:
         for workload in manifests.workloads:
             workload.namespace = workload.namespace or namespace
+        for obj in manifests.dra:
+            if obj.kind in ("ResourceClaim", "ResourceClaimTemplate"):
+                obj.namespace = obj.namespace or namespace
     options = LintOptions()
     if snapshot_path or live is not None:
         with _collector_paused():
@@ -177,7 +180,7 @@ def lint_files(
             {
                 "findings": [f.to_json() for f in findings],
                 "summary": {
-                    "objects": len(manifests.workloads),
+                    "objects": len(manifests.workloads) + len(manifests.dra),
                     "documents": manifests.documents,
                     "errors": errors,
                     "warnings": warnings,
@@ -199,14 +202,31 @@ def lint_files(
             ]
             for f in findings
         ]
-        out.print(render.table(None, ["Where", "Object", "Severity", "Rule", "Problem → fix"], rows))
+        output.print_table(
+            out, ["Where", "Object", "Severity", "Rule", "Problem → fix"], rows, plain=_finding_line
+        )
     skipped = (
         f"; skipped {sum(manifests.skipped.values())} object(s) of other kinds" if manifests.skipped else ""
     )
     out.print(
-        f"{len(manifests.workloads)} object(s) checked: {errors} error(s), {warnings} warning(s){skipped}."
+        f"{len(manifests.workloads) + len(manifests.dra)} object(s) checked: {errors} error(s), "
+        f"{warnings} warning(s){skipped}."
     )
     sys.exit(code)
+
+
+def _check_line(row: Sequence[Any]) -> str:
+    """A doctor finding as one line: `status check object: evidence; fault: ...; fix: ...`."""
+    status, check, obj, evidence, fault, fix = (output.one_line(getattr(c, "plain", str(c))) for c in row)
+    more = "".join(f"; {k}: {v}" for k, v in (("fault", fault), ("fix", fix)) if v != "-")
+    return f"{status} {check} {obj}: {evidence}{more}"
+
+
+def _finding_line(row: Sequence[Any]) -> str:
+    """A finding as one line, compiler style: `file:line: severity rule (name): object: problem → fix`."""
+    where, obj, severity, rule, problem = (output.one_line(getattr(c, "plain", str(c))) for c in row)
+    rule_id, _, name = rule.partition(" ")
+    return f"{where}: {severity} {rule_id} ({name}): {obj}: {problem}"
 
 
 def _pod_hint(snap: Snapshot, namespace: str, name: str) -> str:
@@ -414,6 +434,11 @@ def _doctor(
         from kubegpu.settings.table import for_command
         from kubegpu.toolkit.doctor_node import doctor_node
 
+        if not Path(host_root).is_dir():  # bad input (exit 2), not a finding about the node
+            _fail(
+                f"--host-root {host_root} is not a directory: pass the directory where the host's filesystem "
+                "is mounted, e.g. --host-root /host"
+            )
         try:  # the NVML the plugin would use here (KUBEGPU_FAKE_NVML, ...)
             selection = NvmlSelection.from_given(read_given(for_command(DOCTOR)), DOCTOR)
         except ConfigError as err:
@@ -435,7 +460,9 @@ def _doctor(
         ]
         for f in findings
     ]
-    out.print(render.table(None, ["Status", "Check", "Object", "Evidence", "Fault", "Fix"], rows))
+    output.print_table(
+        out, ["Status", "Check", "Object", "Evidence", "Fault", "Fix"], rows, plain=_check_line
+    )
     fails = sum(f.status == "fail" for f in findings)
     warns = sum(f.status == "warn" for f in findings)
     out.print(f"{fails} failed, {warns} warning(s), {len(findings) - fails - warns} ok.")

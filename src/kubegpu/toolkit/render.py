@@ -1,4 +1,5 @@
-"""Output for people (rich tables) and for scripts (JSON), shared by the toolkit commands."""
+"""Output for people (rich tables on a terminal, plain lines when piped) and for scripts (JSON), shared by
+the toolkit commands; the convention itself is kubegpu.common.output's."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
+
+from kubegpu.common import output
+from kubegpu.toolkit.scheduling import same_summary
 
 SEVERITY_STYLE = {
     "error": "bold red",
@@ -22,8 +25,7 @@ SEVERITY_STYLE = {
 
 
 def console() -> Console:
-    # Wide enough that tables stay readable when piped to a file or a CI log.
-    return Console(width=None if sys.stdout.isatty() else 160, soft_wrap=False)
+    return output.console()
 
 
 def emit_json(data: Any) -> None:
@@ -35,19 +37,18 @@ def styled(label: str) -> Text:
     return Text(label, style=SEVERITY_STYLE.get(label, ""))
 
 
-def table(title: str | None, columns: list[str], rows: list[list[Any]], **kwargs: Any) -> Table:
-    t = Table(title=title, title_justify="left", show_lines=False, **kwargs)
-    for col in columns:
-        t.add_column(col, overflow="fold")
-    for row in rows:
-        t.add_row(*[cell if isinstance(cell, Text) else Text(str(cell)) for cell in row])
-    return t
+def table(out: Console, title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    output.print_table(out, columns, rows, title=title)
 
 
 def print_explanation(result: Any, max_rows: int | None = None) -> None:
     """Human output of `explain`: the scheduler's line, fixes, fragmentation, then node by node."""
     out = console()
-    wants = ", ".join(f"{n}: {v}" for n, v in result.requests.items()) or "nothing"
+    wants = ", ".join(f"{n}: {v}" for n, v in result.requests.items())
+    if result.dra is not None:
+        claims = ", ".join(c["name"] for c in result.dra.claims)
+        wants = f"{wants}, DRA claims {claims}" if wants else f"DRA claims {claims}"
+    wants = wants or "nothing"
     out.print(f"[bold]Pod {result.pod}[/bold] ({result.phase}) requests {wants}")
     if result.message:
         out.print(Text("Scheduler: ", style="bold") + Text(result.message, style="red"))
@@ -60,14 +61,16 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                 style="green",
             )
         )
-    if result.recorded_message and result.recorded_message.split(" preemption:")[0] != result.message:
+    if result.recorded_message and not (
+        result.message and same_summary(result.recorded_message, result.message)
+    ):
         out.print(Text("Last recorded by the scheduler: ", style="bold") + Text(result.recorded_message))
     for note in result.notes:
         out.print(Text("Note: ", style="yellow") + Text(note))
     if result.fixes:
         out.print()
         rows = [[fix.kind, fix.summary] for fix in result.fixes]
-        out.print(table("What would fix it", ["Kind", "Fix"], rows))
+        table(out, "What would fix it", ["Kind", "Fix"], rows)
         for fix in result.fixes:
             if fix.kind == "free-gpus":
                 detail = [
@@ -78,9 +81,7 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                     ]
                     for r in fix.nodes[:10]
                 ]
-                out.print(
-                    table("Free these to fit the pod", ["Node", "Free", "Pods holding GPUs there"], detail)
-                )
+                table(out, "Free these to fit the pod", ["Node", "Free", "Pods holding GPUs there"], detail)
             elif fix.kind == "unhealthy-gpus":
                 detail = [
                     [
@@ -93,21 +94,21 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                     ]
                     for r in fix.nodes[:10]
                 ]
-                out.print(
-                    table(
-                        "Unhealthy GPUs hiding capacity",
-                        ["Node", "Resource", "Unhealthy", "Free now", "Free if healthy", "Pod fits then"],
-                        detail,
-                    )
+                table(
+                    out,
+                    "Unhealthy GPUs hiding capacity",
+                    ["Node", "Resource", "Unhealthy", "Free now", "Free if healthy", "Pod fits then"],
+                    detail,
                 )
+    if result.dra is not None:
+        print_dra(out, result.dra)
     for name, rows in result.fragmentation.items():
         frag = [[r.size, r.free, r.fits, r.stranded, f"{r.percent:.0f}%", r.largest_block] for r in rows]
-        out.print(
-            table(
-                f"Cluster-wide fragmentation of {name} (schedulable nodes)",
-                ["Request size", "Free", "Pods that fit", "Stranded", "Fragmentation", "Largest free block"],
-                frag,
-            )
+        table(
+            out,
+            f"Cluster-wide fragmentation of {name} (schedulable nodes)",
+            ["Request size", "Free", "Pods that fit", "Stranded", "Fragmentation", "Largest free block"],
+            frag,
         )
     verdicts = result.nodes if max_rows is None else result.nodes[:max_rows]
     gpu_cols = [f"{n} free/alloc/cap" for n in result.gpu_resources]
@@ -116,6 +117,41 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
         counts = [f"{c.free}/{c.allocatable}/{c.capacity}" for c in v.gpus.values()]
         verdict = styled("ok") if v.fits else Text(v.plugin or "", style="red")
         rows.append([v.node, v.pool, *counts, verdict, "; ".join(v.reasons) or "fits"])
-    out.print(table("Node by node", ["Node", "Pool", *gpu_cols, "Filter", "Why"], rows))
+    table(out, "Node by node", ["Node", "Pool", *gpu_cols, "Filter", "Why"], rows)
     if max_rows is not None and len(result.nodes) > max_rows:
         out.print(f"... and {len(result.nodes) - max_rows} more node(s); use --all-nodes or --json.")
+
+
+def print_dra(out: Console, dra: Any, max_devices: int = 8) -> None:
+    """The pod's DRA claims, then per node and request: devices left and what ruled out the others."""
+    claims = [[c["name"], c["claim"], c["state"]] for c in dra.claims]
+    table(out, "DRA claims", ["Pod claim", "ResourceClaim", "State"], claims)
+    if not dra.nodes:
+        return
+    rows = []
+    for n in dra.nodes:
+        verdict = styled("ok") if n.fits else Text(n.summary, style="red")
+        if not n.requests:
+            rows.append([n.node, "-", "-", "-", "-", verdict, "; ".join(n.pools) or "no pools"])
+        for r in n.requests:
+            ruled = ", ".join(f"{count} {why}" for why, count in r.ruled_out.items()) or "none"
+            shown = r.devices[:max_devices]
+            more = f" ... and {len(r.devices) - max_devices} more" if len(r.devices) > max_devices else ""
+            detail = "\n".join(shown) + more if shown else "; ".join(n.pools) or "no pools"
+            rows.append(
+                [
+                    n.node,
+                    f"{r.claim} {r.request}",
+                    r.device_class,
+                    r.wanted,
+                    r.available,
+                    verdict,
+                    ruled + "\n" + detail,
+                ]
+            )
+    table(
+        out,
+        "DynamicResources, node by node (nodes that pass the other filters)",
+        ["Node", "Claim request", "Class", "Wants", "Available", "Verdict", "Ruled out"],
+        rows,
+    )

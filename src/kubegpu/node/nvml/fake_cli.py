@@ -9,8 +9,6 @@ import dataclasses
 import json
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from kubegpu.node.nvml.fake_profile import ProfileError, list_profiles
 from kubegpu.node.nvml.fake_state import StateDir, StateDirError
@@ -49,13 +47,11 @@ def profiles(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(s) for s in summaries], indent=2))
         return
-    table = Table(title=f"Fake NVML profiles ({FAKE_NVML_ENV}=<name>)")
-    table.add_column("Name", style="bold")
-    table.add_column("GPUs")
-    table.add_column("Description")
-    for s in summaries:
-        table.add_row(s.name, s.gpus, s.description)
-    Console().print(table)
+    from kubegpu.common import output
+
+    rows = [[s.name, s.gpus, s.description] for s in summaries]
+    title = f"Fake NVML profiles ({FAKE_NVML_ENV}=<name>)"
+    output.print_table(output.console(), ["Name", "GPUs", "Description"], rows, title=title)
 
 
 @fake_nvml.command("inject")
