@@ -129,6 +129,7 @@ def main() -> int:
         "hostile_config_bench": ["--runs", "3"],
         "slice_publish": ["--rounds", "60"],
         "cli_help": ["--runs", "15"],
+        "dra_bench": ["--rounds", "10", "--batch", "100"],
     }
     rows: list[Row] = []
     failed = False

@@ -209,3 +209,36 @@ def test_binary_si_round_trips(amount: int) -> None:
 def test_pci_bus_id() -> None:
     assert pci_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
     assert pci_bus_id("0000:3b:00.0") == "0000:3b:00.0"
+
+
+def test_selectors_written_for_nvidias_driver_allocate_our_devices() -> None:
+    # The scheduler's structured allocator (CEL on cel-python) over the devices we publish: selectors as
+    # users write them for gpu.nvidia.com pick the same devices; one on `index` (NVIDIA dropped it) fails.
+    from kubegpu.resourceapi import AllocationError, Allocator, parse_claim, parse_class, parse_slice
+    from tests.dra_objects import claim, device_class, request, resource_slice
+
+    entries = device_entries(discovered("a100-mig"), ALL)
+    slices = [parse_slice(resource_slice("node-a", entries))]
+    classes = [parse_class(device_class())]
+
+    def picked(*selectors: str) -> list[str] | None:
+        allocator = Allocator(
+            [parse_claim(claim("c", [request("gpu", selectors=selectors)]))], classes, slices
+        )
+        found = allocator.allocate("node-a")
+        return None if found is None else [r["device"] for r in found[0]["devices"]["results"]]
+
+    attrs = 'device.attributes["gpu.nvidia.com"]'
+    assert picked(
+        f'{attrs}.type == "gpu"', f'{attrs}.cudaComputeCapability.isGreaterThan(semver("7.5.0"))'
+    ) == ["gpu-3"]
+    assert picked(f'{attrs}.profile == "2g.10gb"', f'{attrs}.architecture == "Ampere"') == [
+        "gpu-2-mig-2g10gb-14-3"
+    ]
+    assert picked(
+        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("19Gi")) >= 0', f'{attrs}.type == "mig"'
+    ) == ["gpu-1-mig-3g20gb-9-0"]
+    with pytest.raises(
+        AllocationError, match="CEL runtime error: no such key: index"
+    ):  # the scheduler's error
+        picked(f"{attrs}.index == 0")

@@ -200,3 +200,15 @@ def test_a_corrupt_checkpoint_is_moved_aside(tmp_path: Path, caplog: pytest.LogC
     assert again.claims == {} and not path.exists()
     assert "checksum mismatch (the file was changed or cut short)" in caplog.text
     assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["checkpoint.json.corrupt"]
+
+
+async def test_an_old_and_a_new_driver_process_see_each_others_claims(tmp_path: Path) -> None:
+    # A rolling update: the old pod prepared the claim, the new pod gets its Unprepare (and vice versa).
+    old, old_reader = make(tmp_path)
+    new, _ = make(tmp_path)
+    old_reader.objects["c"] = allocated("c", "u1", ["gpu-0"])
+    await old.prepare([ref("c", "u1")])
+    assert await new.unprepare([ref("c", "u1")]) == {"u1": ""}
+    assert list((tmp_path / "cdi").iterdir()) == []
+    old_reader.objects["d"] = allocated("d", "u2", ["gpu-0"])
+    assert (await old.prepare([ref("d", "u2")]))["u2"].error == ""  # gpu-0 is free again for the old one too

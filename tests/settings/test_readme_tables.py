@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubegpu.settings.docs import KUBEGPU_HEADER, NVIDIA_HEADER, kubegpu_rows, nvidia_plugin_rows
+from kubegpu.settings.docs import (
+    KUBEGPU_HEADER,
+    NVIDIA_DRA_HEADER,
+    NVIDIA_HEADER,
+    kubegpu_rows,
+    nvidia_dra_rows,
+    nvidia_plugin_rows,
+)
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -91,3 +98,18 @@ def test_the_comparison_catches_each_kind_of_drift() -> None:
     assert differences(changed, code, (0, 1)) == [
         "differs: README ('', '`B`', '`3`') != code ('', '`B`', '`2`')"
     ]
+
+
+def test_nvidia_dra_driver_flags_table() -> None:
+    readme = readme_table(NVIDIA_DRA_HEADER)
+    assert readme == nvidia_dra_rows()
+    # NVIDIA's names, env vars and defaults (gpu-kubelet-plugin), written out
+    assert [row[:3] for row in readme] == [
+        ("`--node-name`", "`NODE_NAME`", ""),
+        ("`--cdi-root`", "`CDI_ROOT`", "`/etc/cdi`"),
+        ("`--kubelet-registrar-directory-path`", "`KUBELET_REGISTRAR_DIRECTORY_PATH`",
+         "`/var/lib/kubelet/plugins_registry`"),
+        ("`--kubelet-plugins-directory-path`", "`KUBELET_PLUGINS_DIRECTORY_PATH`",
+         "`/var/lib/kubelet/plugins`"),
+        ("`--kubeconfig`", "`KUBECONFIG`", ""),
+    ]  # fmt: skip

@@ -140,11 +140,11 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         )
     )
     async with SimulatedDraNode(profile) as dra_node, SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node:
-        dra_node.start_driver()  # its start-up overlaps the plugin's acts; its act comes last
         say.say(Text(f"work dir {node.root} (removed at the end)", style="dim"))
         xid_gpu = min(PREFERRED_XID_GPU, len(inventory.gpus) - 1)
         demo = _Demo(profile, node, inventory, say, results, xid_gpu=xid_gpu)
         await demo.start()
+        dra_node.start_driver()  # once the plugin is up: its start-up overlaps the waits of the next acts
         await demo.allocate()
         await demo.xid()
         await demo.kubelet_restart()

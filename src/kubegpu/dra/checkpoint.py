@@ -78,13 +78,31 @@ class Checkpoint:
         self.boot_id = boot_id
         self.claims: dict[str, PreparedClaim] = {}
         self.stale: dict[str, PreparedClaim] = {}  # claims from before a reboot, for cleanup
+        self._seen: tuple[int, int, int] | None = (
+            None  # (inode, mtime, size) of the file as last read/written
+        )
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def refresh(self) -> None:
+        """Read the file again if someone else (another driver process) replaced it since we last did."""
+        if self._signature() != self._seen:
+            self.claims = {}
+            self.load()
 
     def load(self) -> None:
         """Read the file (none yet: empty). A corrupt file is moved aside with an error logged: the driver
         starts empty rather than not at all (Unprepare of an unknown claim succeeds anyway)."""
         if not self.path.exists():
+            self._seen = None
             return
         try:
+            self._seen = self._signature()
             data = read_bytes(self.path, limit=_LIMIT, what="DRA checkpoint")
         except FileProblem as err:
             self._quarantine(str(err))
@@ -126,6 +144,7 @@ class Checkpoint:
             why,
         )
         os.replace(self.path, aside)
+        self._seen = None
 
     def save(self) -> None:
         content = {"nodeBootID": self.boot_id, "preparedClaims": [c.to_json() for c in self.claims.values()]}
@@ -133,6 +152,7 @@ class Checkpoint:
         data = {"version": VERSION, "checksum": zlib.crc32(body.encode()), "data": body}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps(data).encode(), mode=0o600)
+        self._seen = self._signature()
 
     def put(self, claim: PreparedClaim) -> None:
         self.claims[claim.uid] = claim

@@ -50,9 +50,26 @@ class AllocatedClaim:
 class ClaimReader:
     def __init__(self, api_client: client.ApiClient, driver_name: str) -> None:
         self.driver_name = driver_name
-        self._custom: Any = client.CustomObjectsApi(api_client)
-        self._group: Any = client.ResourceApi(api_client)
+        self._api_client = api_client
+        self._apis: tuple[Any, Any] | None = None  # made at first use: the client's API classes import slowly
         self.version: str | None = None
+
+    @property
+    def _custom(self) -> Any:
+        return self._client_apis()[0]
+
+    @property
+    def _group(self) -> Any:
+        return self._client_apis()[1]
+
+    def warm(self) -> None:
+        """Import the client's API classes now (blocking), not in the first Prepare."""
+        self._client_apis()
+
+    def _client_apis(self) -> tuple[Any, Any]:
+        if self._apis is None:
+            self._apis = (client.CustomObjectsApi(self._api_client), client.ResourceApi(self._api_client))
+        return self._apis
 
     def _served_version(self) -> str:
         if self.version is None:

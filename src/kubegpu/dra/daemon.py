@@ -126,21 +126,27 @@ class DraDaemon:
             specs = ClaimSpecs(s.cdi_root, s.driver_name, CdiOptions(mig_minors=_mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
+            reader = ClaimReader(self.api_client, s.driver_name)
             preparer = Preparer(
                 driver_name=s.driver_name,
                 node_name=s.node_name,
                 checkpoint=checkpoint,
                 specs=specs,
-                reader=ClaimReader(self.api_client, s.driver_name),
+                reader=reader,
                 lock=NodeLock(s.plugin_dir / LOCK_FILE, s.lock_timeout),
                 devices=self.devices,
             )
             servers = KubeletServers(
                 preparer, driver_name=s.driver_name, registrar_dir=s.registrar_dir, plugins_dir=s.plugins_dir
             )
-            publisher = SlicePublisher(self.api_client, driver_name=s.driver_name, node_name=s.node_name)
             self._install_signals()
             await servers.start()
+            # The client's API classes take seconds to import: in a thread, so that GetInfo (1 s budget) and
+            # Prepare are answered meanwhile.
+            publisher = await asyncio.to_thread(
+                SlicePublisher, self.api_client, driver_name=s.driver_name, node_name=s.node_name
+            )
+            await asyncio.to_thread(reader.warm)
             self._publish(publisher)
             tasks = [
                 asyncio.create_task(self._supervised("slice publisher", publisher.run), name="publisher"),
@@ -153,11 +159,11 @@ class DraDaemon:
             done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
             failed = next((t for t in done if t is not stop and t.exception() is not None), None)
             log.info("stopping")
-            await servers.stop()
-            await publisher.stop()
+            await asyncio.gather(servers.stop(), publisher.stop())
             for task in (*tasks, stop):
                 task.cancel()
             await asyncio.gather(*tasks, stop, return_exceptions=True)
+            log.info("stopped")
             return 1 if failed is not None else 0
 
     def _install_signals(self) -> None:

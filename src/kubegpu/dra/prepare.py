@@ -62,36 +62,45 @@ class LockTimeout(RuntimeError):
 
 
 class NodeLock:
-    """An exclusive flock on <plugin dir>/pu.lock, waited for at most `timeout` seconds."""
+    """An exclusive flock on <plugin dir>/pu.lock, waited for at most `timeout` seconds.
+
+    The file stays open for the process's life; the lock is taken and dropped per call. Uncontended (the
+    normal case) it is taken at once without leaving the event loop."""
 
     def __init__(self, path: Path, timeout: float) -> None:
         self.path = path
         self.timeout = timeout
         self._fd: int | None = None
 
+    def _open(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._fd
+
+    def try_acquire(self) -> bool:
+        try:
+            fcntl.flock(self._open(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return False
+
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        """Blocking (call it in a thread): poll until the lock is ours or the timeout passes."""
         deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fd = fd
-                return
-            except OSError as err:
-                if err.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise LockTimeout(
-                        f"timed out after {self.timeout:g} s waiting for {self.path}: another driver process "
-                        "on this node is preparing or unpreparing (a rolling update?); the kubelet retries"
-                    ) from None
-                time.sleep(0.02)
+        while not self.try_acquire():
+            if time.monotonic() >= deadline:
+                raise LockTimeout(
+                    f"timed out after {self.timeout:g} s waiting for {self.path}: another driver process "
+                    "on this node is preparing or unpreparing (a rolling update?); the kubelet retries"
+                )
+            time.sleep(0.02)
 
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
 
 
 class Preparer:
@@ -118,7 +127,7 @@ class Preparer:
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
         async with self._serial:
             try:
-                await asyncio.to_thread(self.lock.acquire)
+                await self._lock()
             except LockTimeout as err:
                 return {c.uid: Outcome(error=str(err)) for c in claims}
             try:
@@ -129,13 +138,20 @@ class Preparer:
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         async with self._serial:
             try:
-                await asyncio.to_thread(self.lock.acquire)
+                await self._lock()
             except LockTimeout as err:
                 return {c.uid: str(err) for c in claims}
             try:
                 return {c.uid: self._unprepare_one(c) for c in claims}
             finally:
                 self.lock.release()
+
+    async def _lock(self) -> None:
+        """The node-wide lock, then the checkpoint as the last holder left it: another driver process (a
+        rolling update) may have prepared or unprepared claims since this one last looked."""
+        if not self.lock.try_acquire():
+            await asyncio.to_thread(self.lock.acquire)
+        self.checkpoint.refresh()
 
     # ---- one claim ---------------------------------------------------------------------------------------
 

@@ -135,10 +135,11 @@ class KubeletServers:
         return server
 
     async def stop(self) -> None:
-        # Registration first: the kubelet sees the driver go before its endpoint does.
-        for server, socket in ((self._reg, self.reg_socket), (self._dra, self.dra_socket)):
+        # Registration first: the kubelet sees the driver go before its endpoint does. A Prepare in flight
+        # gets a moment to finish; its claim is checkpointed either way.
+        for server, socket, grace in ((self._reg, self.reg_socket, 0.1), (self._dra, self.dra_socket, 1.0)):
             if server is not None:
-                await server.stop(grace=1.0)
+                await server.stop(grace=grace)
             socket.unlink(missing_ok=True)
         self._reg = self._dra = None
 

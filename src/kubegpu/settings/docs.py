@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kubegpu.settings.setting import PLUGIN, Setting
+from kubegpu.settings.setting import DRA, PLUGIN, Setting
 from kubegpu.settings.table import SETTINGS
 from kubegpu.settings.values import default_text
 
 KUBEGPU_HEADER = ("flag", "env var", "default", "commands", "what")
 NVIDIA_HEADER = ("flag (aliases)", "env var(s)", "default", "config key")
+NVIDIA_DRA_HEADER = ("NVIDIA DRA driver flag", "env var", "default", "what")
 
 
 def _code(text: str) -> str:
@@ -52,6 +53,15 @@ def nvidia_plugin_rows() -> list[tuple[str, ...]]:
     ]
 
 
+def nvidia_dra_rows() -> list[tuple[str, ...]]:
+    """NVIDIA's DRA driver (gpu-kubelet-plugin) flags that `kubegpu dra` takes under the same names."""
+    return [
+        (_code(s.option), _codes(s.envvars), _code(default_text(s)), s.help)
+        for s in SETTINGS
+        if s.owner == "nvidia" and DRA in s.commands and s.flag
+    ]
+
+
 def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -61,5 +71,7 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 if __name__ == "__main__":
     print("NVIDIA's flags and env vars of the plugin:\n")
     print(markdown(NVIDIA_HEADER, nvidia_plugin_rows()))
+    print("\nNVIDIA's DRA driver flags of `kubegpu dra`:\n")
+    print(markdown(NVIDIA_DRA_HEADER, nvidia_dra_rows()))
     print("\nkubegpu's own settings:\n")
     print(markdown(KUBEGPU_HEADER, kubegpu_rows()))
