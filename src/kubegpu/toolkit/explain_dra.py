@@ -229,10 +229,17 @@ def dra_filter(
     notes: list[str] = []
     claims, rows = pod_claims(snapshot, pod, notes)
     result = DraExplanation(claims=rows, notes=notes)
-    missing = [r for r in rows if r["state"] == "missing" and r["kind"] == "ResourceClaim"]
+    missing = [r for r in rows if r["state"] == "missing"]
     if missing:
-        # The scheduler's PreFilter cannot get the claim and answers with the lister's NotFound error.
-        message = f'resourceclaim.resource.k8s.io "{missing[0]["claim"]}" not found'
+        # The scheduler's PreFilter stops at the first pod claim it cannot get: a named claim with the
+        # lister's NotFound error, a template's claim the controller has not made (it cannot, without
+        # the template) with resourceclaim.Name's error.
+        first = missing[0]
+        message = (
+            f'resourceclaim.resource.k8s.io "{first["claim"]}" not found'
+            if first["kind"] == "ResourceClaim"
+            else f'pod "{pod.metadata.namespace}/{pod.metadata.name}": ResourceClaim not created yet'
+        )
         outcome.prefilter_message = message
         for name in outcome.feasible:
             outcome.rejections[name] = Rejection(DYNAMIC_RESOURCES, (message,))
