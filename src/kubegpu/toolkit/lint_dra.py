@@ -29,6 +29,7 @@ from kubegpu.toolkit.dra_facts import (
     Reference,
     published,
     references,
+    slices_per_node,
 )
 from kubegpu.toolkit.lint_rules import RULES, WARNING, Finding
 from kubegpu.toolkit.manifests import DraObject, Manifests, Path, Source, Workload, path_text
@@ -270,7 +271,13 @@ class _Linter:
         if not nodes:
             return
         best: dict[str, tuple[int, str]] = {}
-        for account in explain([claim], class_objects, self.slices, nodes):
+        accounts = (
+            account
+            for node, reachable in slices_per_node(self.slices, nodes)
+            if reachable
+            for account in explain([claim], class_objects, reachable, [node])
+        )
+        for account in accounts:
             for req in account.requests:
                 fitting = sum(
                     v.verdict not in (CLASS_SELECTOR, REQUEST_SELECTOR, SELECTOR_ERROR) for v in req.verdicts
