@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubegpu.resourceapi.cel import CelError, compile_error, compile_selector, device_activation
@@ -148,7 +148,7 @@ MEMO_SELECTORS = [
 ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     picks=st.lists(
         st.tuples(

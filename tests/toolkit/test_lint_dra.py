@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubegpu.toolkit.cli import lint
@@ -332,6 +332,7 @@ NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
 DOMAINS = st.sampled_from(["gpu.nvidia.com", "resource.kubernetes.io", "dra.example.com"])
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a shared CI machine stalls
 @given(
     what=st.sampled_from(["attributes", "capacity"]),
     domain=DOMAINS,
@@ -364,7 +365,9 @@ JSON = st.recursive(
 )  # fmt: skip
 
 
-@settings(max_examples=50, deadline=None)  # each example compiles CEL and composes YAML: ~0.3 s
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)  # each example compiles CEL and composes YAML: ~0.3 s
 @given(kind=st.sampled_from(["ResourceClaim", "ResourceClaimTemplate", "DeviceClass"]), spec=JSON)
 def test_lint_reads_any_shape_of_dra_object_without_crashing(kind: str, spec: Any) -> None:
     """Whatever a hand-written object holds where a claim's fields go, lint answers with findings (or none),
