@@ -103,8 +103,9 @@ def print_table(
 ) -> None:
     """Rows as a table on a terminal (wrapping only between words), else one plain line per row.
 
-    `plain` makes a row's line (default: the cells joined by two spaces, the header first); the same
-    lines are used on a terminal too narrow for the table's longest words.
+    `plain` makes a row's line, which then says by itself what it is (default: the title and the header,
+    then the cells joined by two spaces); the same lines are used on a terminal too narrow for the
+    table's longest words.
     """
     if rows and out.is_terminal and _fits(out.width, columns, rows):
         from rich.table import Table
@@ -121,10 +122,8 @@ def print_table(
     if not rows:
         return
     lines = [plain(row) if plain else "  ".join(_plain(c) for c in row) for row in rows]
-    if title:
-        lines.insert(0, f"{title}:")
-    if plain is None:
-        lines.insert(1 if title else 0, "  ".join(columns))
+    if plain is None:  # generic rows: the title and the header say what the columns are
+        lines[:0] = [f"{title}:", "  ".join(columns)] if title else ["  ".join(columns)]
     for line in lines:
         print_line(out, line)
 
