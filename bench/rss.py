@@ -10,7 +10,16 @@ maximum, and the growth from the first 1,000 to the end.
 Baseline, same run: a bare Python process that imports grpc and starts a grpc.aio server on a unix socket
 (no services), RSS read the same way once it is serving: the floor for any Python gRPC plugin.
 
-Targets: RSS <= 50 MB (issue 2); flat within +-2 MB over many Allocates (issue 5 asks 100k: `--soak`).
+The daemon here runs on the fake NVML, which a real node never loads (the fake, its profile reader, msgspec
+and the YAML reader). Its share is measured in the same run by a probe process that walks the daemon's
+real-node path (the CLI, the settings with no config file, the daemon built on the real pynvml; no NVML
+call), reads its RSS, then loads the fake backend with the same profile and reads it again. The real-node
+row is the served daemon's RSS less that share.
+
+Targets, as ratios to the bare server measured here (absolute MB differ between machines, Python and
+grpcio builds; the ratio carries over): issue 13's 45 MB on a real node and issue 2's 50 MB, both set where
+the bare server measured 32.4 MB (<= 1.39x, <= 1.54x); flat within +-2 MB over many Allocates (issue 5 asks
+100k: `--soak`).
 
     python -m bench.rss [--allocates 20000] [--soak] [--profile dgx-a100]
 """
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import subprocess
 import sys
@@ -31,7 +41,9 @@ from bench.common import MB, Result, Row, interruptible, ratio, short_tmpdir, st
 from kubegpu.api.v1beta1 import api_pb2
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 
-TARGET_MB = 50.0
+BARE_AT_GOALS_MB = 32.4  # the bare grpc.aio server where issues 2 and 13 set their goals
+TARGET_RATIO = round(45.0 / BARE_AT_GOALS_MB, 2)  # issue 13, a real node: 45 MB -> 1.39x
+FAKE_TARGET_RATIO = round(50.0 / BARE_AT_GOALS_MB, 2)  # issue 2, the daemon on the fake NVML: 50 MB -> 1.54x
 FLAT_MB = 2.0
 SAMPLE_EVERY = 1000
 SETTLE_S = 0.5
@@ -46,6 +58,39 @@ async def main():
     await server.wait_for_termination()
 asyncio.run(main())
 """
+
+
+# The daemon's path on a real node, then the fake backend on top: RSS (MB) after each, one per line.
+REAL_PATH_PROBE = """
+import os, sys
+os.environ.pop("KUBEGPU_FAKE_NVML", None)
+import click, psutil
+from kubegpu.cli.main import main
+main.get_command(click.Context(main), "plugin")
+from kubegpu.settings.given import read_given
+from kubegpu.settings.plugin import resolve
+from kubegpu.settings.setting import PLUGIN
+from kubegpu.settings.table import for_command
+from kubegpu.plugin.daemon import Daemon
+settings = resolve(read_given(for_command(PLUGIN)))
+daemon = Daemon(settings, reload_settings=lambda: settings)
+assert not daemon._backend.is_fake and "kubegpu.node.nvml.fake" not in sys.modules
+print(psutil.Process().memory_info().rss / 2**20, flush=True)
+from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.settings.env import NvmlSelection
+load_nvml(NvmlSelection(fake_profile=sys.argv[1]))
+print(psutil.Process().memory_info().rss / 2**20, flush=True)
+"""
+
+
+def fake_share(profile: str) -> tuple[float, float]:
+    """(RSS of the daemon's real-node path before serving, what loading the fake NVML adds to it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBEGPU_")}
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_PATH_PROBE, profile], env=env, capture_output=True, text=True, check=True
+    )
+    real, with_fake = (float(line) for line in out.stdout.split())
+    return real, with_fake - real
 
 
 def rss_mb(pid: int) -> float:
@@ -91,6 +136,7 @@ def drive_allocates(socket: str, device_ids: list[str], count: int, pid: int) ->
 
 async def _run(allocates: int, profile: str) -> Result:
     baseline = await asyncio.to_thread(bare_grpc_rss)
+    real_path_mb, fake_mb = await asyncio.to_thread(fake_share, profile)
     async with SimulatedNode(profile) as node:
         proc = node.start_plugin()
         await node.sim.wait_for(lambda: bool(node.sim.devices(GPU_RESOURCE)), timeout=30)
@@ -108,9 +154,12 @@ async def _run(allocates: int, profile: str) -> Result:
     end = samples[-1][1]
     peak = max([registered, *(mb for _, mb in samples)])
     growth = end - first
-    fits = peak <= TARGET_MB
+    fits = peak <= FAKE_TARGET_RATIO * baseline
     flat = abs(growth) <= FLAT_MB
     r = ratio(registered, baseline)
+    real_node = registered - fake_mb
+    r_real = ratio(real_node, baseline)
+    real_fits = r_real is not None and r_real <= TARGET_RATIO
     return Result(
         "rss",
         {
@@ -124,18 +173,34 @@ async def _run(allocates: int, profile: str) -> Result:
             "allocates_per_s": round(allocates / elapsed),
             "bare_grpc_aio_server_mb": round(baseline, 1),
             "ratio_registered": r,
+            "fake_nvml_share_mb": round(fake_mb, 1),
+            "real_node_mb": round(real_node, 1),
+            "ratio_real_node": r_real,
+            "real_path_before_serving_mb": round(real_path_mb, 1),
             "samples": [(i, round(mb, 2)) for i, mb in samples],
             "profile": profile,
         },
-        target=f"max <= {TARGET_MB:g} MB; growth within +-{FLAT_MB:g} MB",
-        passed=fits and flat,
+        target=(
+            f"real node <= {TARGET_RATIO:g}x the bare server; max on the fake <= {FAKE_TARGET_RATIO:g}x; "
+            f"growth within +-{FLAT_MB:g} MB"
+        ),
+        passed=real_fits and fits and flat,
         rows=[
             Row(
-                "Daemon RSS after registration / max",
+                "Daemon RSS after registration, real node (fake NVML run less the fake's measured "
+                f"{fake_mb:.1f} MB)",
+                f"{real_node:.1f} MB",
+                f"{baseline:.1f} MB (bare grpc.aio server)",
+                r_real,
+                f"<= {TARGET_RATIO:g}x (45 MB at a {BARE_AT_GOALS_MB:g} MB bare server)",
+                real_fits,
+            ),
+            Row(
+                "Daemon RSS after registration / max, on the fake NVML",
                 f"{registered:.1f} / {peak:.1f} MB",
                 f"{baseline:.1f} MB (bare grpc.aio server)",
                 r,
-                f"<= {TARGET_MB:g} MB",
+                f"max <= {FAKE_TARGET_RATIO:g}x (50 MB at a {BARE_AT_GOALS_MB:g} MB bare server)",
                 fits,
             ),
             Row(

@@ -127,6 +127,7 @@ def main() -> int:
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
         "hostile_config_bench": ["--runs", "3"],
+        "slice_publish": ["--rounds", "60"],
         "cli_help": ["--runs", "15"],
     }
     rows: list[Row] = []

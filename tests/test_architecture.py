@@ -28,6 +28,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "apisim": ("common", "resourceapi"),
     "cli": ("settings", "common", "kubegpu"),
     "plugin": (*BELOW_PLUGIN, "kubegpu"),
+    "dra": (*BELOW_PLUGIN, "kubegpu"),  # a daemon like plugin, but never the plugin itself
     "kubeletsim": ("api", "common"),
     **{tool: (*BELOW_PLUGIN, "kubeletsim", "apisim", *TOOLS, "kubegpu") for tool in TOOLS},
     "__main__": ("cli",),

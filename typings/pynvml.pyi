@@ -33,6 +33,33 @@ NVML_FEATURE_DISABLED: int
 NVML_FEATURE_ENABLED: int
 NVML_DEVICE_MIG_DISABLE: int
 NVML_DEVICE_MIG_ENABLE: int
+NVML_DEVICE_ARCH_KEPLER: int
+NVML_DEVICE_ARCH_MAXWELL: int
+NVML_DEVICE_ARCH_PASCAL: int
+NVML_DEVICE_ARCH_VOLTA: int
+NVML_DEVICE_ARCH_TURING: int
+NVML_DEVICE_ARCH_AMPERE: int
+NVML_DEVICE_ARCH_ADA: int
+NVML_DEVICE_ARCH_HOPPER: int
+NVML_DEVICE_ARCH_BLACKWELL: int
+NVML_DEVICE_ARCH_UNKNOWN: int
+NVML_BRAND_UNKNOWN: int
+NVML_BRAND_QUADRO: int
+NVML_BRAND_TESLA: int
+NVML_BRAND_NVS: int
+NVML_BRAND_GRID: int
+NVML_BRAND_GEFORCE: int
+NVML_BRAND_TITAN: int
+NVML_BRAND_NVIDIA_VAPPS: int
+NVML_BRAND_NVIDIA_VPC: int
+NVML_BRAND_NVIDIA_VCS: int
+NVML_BRAND_NVIDIA_VWS: int
+NVML_BRAND_NVIDIA_CLOUD_GAMING: int
+NVML_BRAND_QUADRO_RTX: int
+NVML_BRAND_NVIDIA_RTX: int
+NVML_BRAND_NVIDIA: int
+NVML_BRAND_GEFORCE_RTX: int
+NVML_BRAND_TITAN_RTX: int
 NVML_GPU_INSTANCE_PROFILE_COUNT: int
 NVML_NVLINK_MAX_LINKS: int
 NVML_NVLINK_DEVICE_TYPE_GPU: int
@@ -196,6 +223,8 @@ def nvmlDeviceGetMemoryInfo(
     handle: c_nvmlDevice_t, version: int | None = None
 ) -> c_nvmlMemory_t | c_nvmlMemory_v2_t: ...
 def nvmlDeviceGetMinorNumber(handle: c_nvmlDevice_t) -> int: ...
+def nvmlDeviceGetArchitecture(device: c_nvmlDevice_t) -> int: ...
+def nvmlDeviceGetBrand(handle: c_nvmlDevice_t) -> int: ...
 def nvmlDeviceGetCudaComputeCapability(handle: c_nvmlDevice_t) -> tuple[int, int]: ...
 def nvmlDeviceGetPciInfo(handle: c_nvmlDevice_t) -> nvmlPciInfo_t: ...
 def nvmlDeviceGetPciInfo_v3(handle: c_nvmlDevice_t) -> nvmlPciInfo_t: ...

@@ -69,12 +69,27 @@ def test_unknown_device_has_nvidias_exact_text() -> None:
     assert err.value.nvidia_compatible
 
 
+def test_an_unknown_id_is_named_before_the_count_is_checked() -> None:
+    """NVIDIA checks that every ID is known first: [known, unknown] on a one-device resource gets its text."""
+    one = build_resources(make_inventory(1))[0]
+    with pytest.raises(AllocationRequestError) as err:
+        validate_request(one, [one.devices[0].id, "GPU-nope"])
+    assert (
+        str(err.value)
+        == 'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-nope'
+    )
+    assert err.value.nvidia_compatible
+    with pytest.raises(AllocationRequestError) as err:
+        validate_request(RESOURCE, [*(gpu_uuid(i % 8) for i in range(20)), "GPU-late"])
+    assert str(err.value).endswith("invalid request: unknown device: GPU-late")
+
+
 @pytest.mark.parametrize(
     ("ids", "fragment"),
     [
         ([], "no devices requested"),
         ([gpu_uuid(1), gpu_uuid(1)], "requested more than once"),
-        ([f"GPU-{i}" for i in range(10_000)], "10000 devices requested but this node advertises only 8"),
+        ([gpu_uuid(i % 8) for i in range(10_000)], "10000 devices requested but this node advertises only 8"),
         (["G" * 64], "is 64 characters; device IDs are at most 63"),
     ],
 )

@@ -3,14 +3,18 @@ startup texts, and the Allocate options the daemon derives from them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from kubegpu.allocation.allocate import allocate_container
 from kubegpu.allocation.from_settings import allocate_options
+from kubegpu.allocation.resources import build_resources
 from kubegpu.node.driverfiles import ImexChannelError
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import resolve
+from tests.builders import gpu_uuid, make_inventory
 from tests.settings.test_plugin_settings import defaults, write
 
 
@@ -85,7 +89,8 @@ def test_file_values_stand_unless_a_flag_is_given(tmp_path: Path) -> None:
 
 def test_allocate_options_follow_the_settings(tmp_path: Path) -> None:
     (tmp_path / "dev/nvidia-caps-imex-channels").mkdir(parents=True)
-    (tmp_path / "dev/nvidia-caps-imex-channels/channel0").write_text("")
+    # A character device (what the IMEX driver creates); a symlink to one counts, as os.Stat follows it.
+    (tmp_path / "dev/nvidia-caps-imex-channels/channel0").symlink_to("/dev/null")
     (tmp_path / "dev/gdrdrv").write_text("")
     settings = resolve(
         defaults(
@@ -112,3 +117,25 @@ def test_missing_imex_channel_is_skipped_or_fatal(tmp_path: Path, caplog: pytest
     required = resolve(defaults(driver_root=str(tmp_path), imex_channel_ids=["0"], imex_required=True))
     with pytest.raises(ImexChannelError, match=r"^requested IMEX channel channel0 does not exist"):
         allocate_options(required)
+
+
+@pytest.mark.parametrize("make", [lambda p: p.write_text(""), lambda p: p.mkdir()], ids=["file", "directory"])
+def test_an_imex_channel_that_is_not_a_character_device_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, make: Callable[[Path], object]
+) -> None:
+    """NVIDIA injects only a character device: a regular file named channel0 is no channel."""
+    (tmp_path / "dev/nvidia-caps-imex-channels").mkdir(parents=True)
+    path = tmp_path / "dev/nvidia-caps-imex-channels/channel0"
+    make(path)
+    skipped = resolve(defaults(driver_root=str(tmp_path), imex_channel_ids=["0"]))
+    options = allocate_options(skipped)
+    assert options.imex_channels == ()
+    assert f"Ignoring requested IMEX channel channel0 (does not exist: {path} is not a character device)" in (
+        caplog.text
+    )
+    container = allocate_container(build_resources(make_inventory(1))[0], [gpu_uuid(0)], options)
+    assert "NVIDIA_IMEX_CHANNELS" not in container.envs
+    required = resolve(defaults(driver_root=str(tmp_path), imex_channel_ids=["0"], imex_required=True))
+    with pytest.raises(ImexChannelError) as err:
+        allocate_options(required)
+    assert str(err.value).startswith("requested IMEX channel channel0 does not exist (")

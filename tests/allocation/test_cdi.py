@@ -17,8 +17,10 @@ from kubegpu.allocation.resources import build_resources
 from kubegpu.node.inventory import Inventory, MigDevice
 from kubegpu.plugin.cdi_files import CdiSpecWriter
 from kubegpu.settings.env import DaemonEnv
+from kubegpu.settings.plugin import resolve
 from tests.builders import gpu_uuid, make_gpus, make_inventory
 from tests.cdi_schema import PUBLISHED, cdi_errors
+from tests.settings.test_plugin_settings import defaults
 
 VERSION = "550.90.07"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -297,3 +299,24 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(
         )
     assert (root / "k8s.device-plugin.nvidia.com-gpu.json").read_bytes() == before
     assert [p.name for p in root.iterdir()] == ["k8s.device-plugin.nvidia.com-gpu.json"]
+
+
+@pytest.mark.parametrize(
+    ("disabled", "left"),
+    [
+        ([], ["create-symlinks", "update-ldcache"]),
+        (["update-ldcache"], ["create-symlinks"]),
+        (["create-symlinks", "enable-cuda-compat"], ["update-ldcache"]),
+        (["all"], []),
+    ],
+)
+def test_cdi_disable_hooks_leaves_hooks_out(driver_root: Path, disabled: list[str], left: list[str]) -> None:
+    settings = resolve(defaults(cdi_disable_hooks=disabled))
+    opts = replace(
+        CdiOptions.from_settings(settings),
+        driver_root="/run/nvidia/driver",
+        dev_root="/run/nvidia/driver",
+        container_driver_root=str(driver_root),
+    )
+    edits = valid(gpu_spec(INVENTORY, opts))["containerEdits"]
+    assert [h["args"][2] for h in edits.get("hooks", [])] == left

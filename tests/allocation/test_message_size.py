@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kubegpu.allocation.message_size import device_bytes, max_replicas, replicas_bytes
 from kubegpu.allocation.resources import ResourceError, ResourceOptions, build_resources
 from kubegpu.api.v1beta1 import api_pb2
-from kubegpu.settings.nvidia_sharing import SharingStrategy
+from kubegpu.settings.nvidia_sharing import ReplicatedResource, SharingStrategy
 from tests.allocation.test_sharing_resources import inventory
 
 KUBELET_LIMIT = 4194304  # grpc: received message larger than max (... vs. 4194304), kubernetes#109304
@@ -46,7 +46,7 @@ def test_max_replicas_is_the_largest_that_fits() -> None:
 
 
 def sharing(replicas: int) -> ResourceOptions:
-    block = SharingStrategy.model_validate({"resources": [{"name": "gpu", "replicas": replicas}]})
+    block = SharingStrategy(resources=[ReplicatedResource(name="gpu", replicas=replicas)])
     return ResourceOptions(sharing_kind="time-slicing", sharing=block)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -22,7 +23,12 @@ from kubegpu.node.inventory import Health, Inventory
 from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.settings.env import NvmlSelection
 from kubegpu.settings.nvidia_config import ConfigError
-from kubegpu.settings.nvidia_sharing import ReplicatedDevices, SharingStrategy, resource_name
+from kubegpu.settings.nvidia_sharing import (
+    ReplicatedDevices,
+    ReplicatedResource,
+    SharingStrategy,
+    resource_name,
+)
 from kubegpu.settings.plugin import resolve
 from tests.settings.test_plugin_settings import defaults
 
@@ -75,17 +81,47 @@ def test_mig_strategies(profile: str, strategy: str, expected: dict[str, int]) -
 @pytest.mark.parametrize(
     ("profile", "message"),
     [
-        ("a100-mig", "all devices on the node must be configured with the same migEnabled value"),
-        ("a100-mig-invalid", "device 1 has no MIG devices configured"),
+        # MIG devices of three kinds (and one full GPU): NVIDIA's uniformity check comes before the
+        # migEnabled one, with go-nvlib's visitor prefixes.
+        (
+            "a100-mig",
+            "error building device map from config.resources: invalid MIG configuration: error visiting "
+            "devices: error visiting device: error visiting device: error visiting MIG device: error "
+            "visiting MIG device: more than one MIG device type present on node",
+        ),
+        # A MIG-enabled GPU without MIG devices: the first check.
+        (
+            "a100-mig-invalid",
+            "error building device map from config.resources: invalid MIG configuration: at least one device "
+            "with migEnabled=true was not configured correctly: error visiting device: device 1 has no MIG "
+            "devices configured",
+        ),
     ],
 )
 def test_single_strategy_errors(profile: str, message: str) -> None:
     with pytest.raises(ResourceError) as err:
         counts(profile, mig_strategy="single")
+    assert str(err.value) == message
+
+
+def test_single_strategy_partial_node_has_no_mig_prefix() -> None:
+    """One kind of MIG device next to a full GPU: NVIDIA's text has no "invalid MIG configuration"."""
+    inv = inventory("a100-mig-single")
+    partial = replace(inv, gpus=(inv.gpus[0], replace(inv.gpus[1], mig_enabled=False, mig_devices=())))
+    with pytest.raises(ResourceError) as err:
+        build_resources(partial, ResourceOptions("single"))
     assert str(err.value) == (
-        "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly: "
-        + message
+        "error building device map from config.resources: all devices on the node must be configured with "
+        "the same migEnabled value"
     )
+
+
+def test_single_strategy_empty_gpu_wins_over_a_partial_node() -> None:
+    inv = inventory("a100-mig-single")
+    gpus = (replace(inv.gpus[0], mig_devices=()), replace(inv.gpus[1], mig_enabled=False, mig_devices=()))
+    with pytest.raises(ResourceError) as err:
+        build_resources(replace(inv, gpus=gpus), ResourceOptions("single"))
+    assert str(err.value).endswith("error visiting device: device 0 has no MIG devices configured")
 
 
 def test_mig_devices_take_parent_numa_index_and_capability_nodes() -> None:
@@ -194,7 +230,7 @@ def test_strict_mode_turns_warnings_into_errors() -> None:
 def test_xid_marks_every_replica_of_the_gpu() -> None:
     inv = inventory("t4-pcie")
     sick = inv.with_gpu_health({inv.gpus[2].uuid: Health.failed("XID 48", 48)})
-    block = SharingStrategy.model_validate({"resources": [{"name": "gpu", "replicas": 4}]})
+    block = SharingStrategy(resources=[ReplicatedResource(name="gpu", replicas=4)])
     (gpu,) = build_resources(sick, ResourceOptions(sharing_kind="time-slicing", sharing=block))
     unhealthy = [d.id for d in gpu.devices if not d.health.healthy]
     assert unhealthy == [f"{inv.gpus[2].uuid}::{r}" for r in range(4)]  # NVIDIA marks only one (#1929)

@@ -69,6 +69,9 @@ def runs(tmp: Path, busy_port: int) -> list[Run]:
             ]  # fmt: skip
         if kind in ("missing", "binary", "latin1", "directory"):
             out.append(Run(f"lint {kind}", ("lint", f), 2))
+            out.append(
+                Run(f"dra --kubeconfig {kind}", ("dra", "--node-name", "n", "--kubeconfig", f), 1, fake, True)
+            )
             out.append(Run(f"config-manager --kubeconfig {kind}", ("config-manager", "--oneshot", "true", "--kubeconfig", f, "--node-name", "n", "--config-file-srcdir", str(tmp), "--config-file-dst", str(tmp / "dst.yaml")), 1, (), True))  # fmt: skip
         out.append(Run(f"explain --snapshot {kind}", ("explain", "default/p", "--snapshot", f), 2))
         out.append(Run(f"doctor --cluster --snapshot {kind}", ("doctor", "--cluster", "--snapshot", f), 2))
@@ -81,6 +84,8 @@ def runs(tmp: Path, busy_port: int) -> list[Run]:
         Run("plugin --http-address unresolvable", ("plugin", "--kubelet-socket", "", "--http-port", "18081", "--http-address", "no-such-host.invalid"), 1, fake, True),
         Run("plugin unknown profile", ("plugin", "--kubelet-socket", ""), 1, (("KUBEGPU_FAKE_NVML", "no-such-profile"),), True),
         Run("plugin bad env value", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_HEALTH_PROBE_SECONDS", "abc")), True),
+        Run("dra without a node name", ("dra",), 1, fake, True),
+        Run("dra bad --gpus", ("dra", "--node-name", "n", "--gpus", "0,MIG-1"), 1, fake, True),
         Run("plugin bad flag value", ("plugin", "--kubelet-socket", "", "--mig-strategy", "weird"), 1, fake, True),
         Run("config check unknown profile", ("config", "check", manifest, "--profile", "no-such-profile"), 2),
         Run("demo unknown profile", ("demo", "--profile", "no-such-profile"), 2),

@@ -64,8 +64,9 @@ def test_env_applies_with_the_daemons_precedence(config: Path) -> None:
     )
     assert code == 1
     assert report["errors"] == [
-        "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly: "
-        "all devices on the node must be configured with the same migEnabled value"
+        "error building device map from config.resources: invalid MIG configuration: error visiting devices: "
+        "error visiting device: error visiting device: error visiting MIG device: error visiting MIG device: "
+        "more than one MIG device type present on node"
     ]
 
 

@@ -24,6 +24,12 @@ def test_demo_runs_and_reports_what_it_shows() -> None:
     assert results["allocatable_after_restart"] == 7  # the XID'd GPU stays out across a kubelet restart
     assert results["allocatable_after_recovery"] == 8  # and comes back once recovery probes pass
     assert results["exit_code"] == 0 and results["sockets_left"] == []
+    dra = results["dra"]
+    assert dra["service"] == "v1.DRAPlugin"
+    assert dra["devices"] == [f"gpu-{i}" for i in range(8)]
+    (cdi,) = dra["cdi_devices"]
+    assert cdi.startswith("k8s.gpu.nvidia.com/claim=") and cdi.endswith("-gpu-0")
+    assert dra["exit_code"] == 0
 
 
 def test_demo_human_output_narrates_every_step() -> None:
@@ -37,6 +43,7 @@ def test_demo_human_output_narrates_every_step() -> None:
         "kubelet restarts",
         "recovers by itself",
         "Clean exit",
+        "DRA: the same GPUs through resource.k8s.io",
     ):
         assert step in out.stdout
     assert "NVIDIA_VISIBLE_DEVICES=" in out.stdout

@@ -353,3 +353,25 @@ async def test_config_file_change_reloads_without_a_signal(node: SimulatedNode) 
     allocation = await node.sim.admit(Pod("p", containers=[Container("c", {GPU_RESOURCE: 1})]))
     assert allocation.containers["c"].run_options.envs["NVIDIA_VISIBLE_DEVICES"].isdigit()
     assert "changed; reloading" in node.plugin_log()
+
+
+async def test_nvidias_discovery_and_cdi_flags_are_taken() -> None:
+    """A DaemonSet moved over from NVIDIA with these set starts (no `No such option`), and a bad discovery
+    strategy in the env var is refused with NVIDIA's text, as NVIDIA refuses it."""
+    async with SimulatedNode("t4-pcie") as node:
+        node.start_plugin(
+            "--device-discovery-strategy", "nvml", "--cdi-disable-hooks", "all", "--cdi-feature-flags",
+            "disable-nvsandbox-utils",
+        )  # fmt: skip
+        await node.wait_allocatable(4)
+        assert (
+            "--cdi-feature-flags=disable-nvsandbox-utils: these switch features of NVIDIA's CDI library"
+            in (node.plugin_log())
+        )
+        assert await node.stop_plugin() == 0
+        node.extra_env["DEVICE_DISCOVERY_STRATEGY"] = "magic"
+        node.start_plugin()
+        assert await node.wait_plugin_exit() == 1
+        assert (
+            "unable to validate flags: invalid --device-discovery-strategy option magic" in node.plugin_log()
+        )

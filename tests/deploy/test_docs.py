@@ -89,11 +89,13 @@ def test_the_privilege_table_is_what_the_chart_renders() -> None:
     for cells in rows:
         daemonset = cells[0].strip("`") or daemonset
         documented[(daemonset, cells[1].strip("`"))] = cells[2]
-    objs = render({"gfd": {"enabled": True}, "health": {"port": 8080}}, set_files=CONFIG_FILES)
+    objs = render(
+        {"gfd": {"enabled": True}, "health": {"port": 8080}, "dra": {"enabled": True}}, set_files=CONFIG_FILES
+    )
     rendered = {}
     for name, ds in by_kind(objs, "DaemonSet").items():
         spec = ds["spec"]["template"]["spec"]
-        for ctr in spec["initContainers"] + spec["containers"]:
+        for ctr in spec.get("initContainers", []) + spec["containers"]:
             uid = (ctr.get("securityContext") or {}).get(
                 "runAsUser", spec["securityContext"].get("runAsUser")
             )

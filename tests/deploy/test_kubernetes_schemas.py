@@ -29,6 +29,19 @@ kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
 
 # The oldest release the chart claims (Chart.yaml kubeVersion) and the one the kubelet simulator follows.
 KUBERNETES_VERSIONS = ("1.25.0", "1.32.0")
+# Objects of APIs younger than that, checked against the first release that serves them (and the next
+# one we name): DRA's resource.k8s.io/v1 (1.34) and the ResourceSlice policy (admissionregistration v1, 1.30).
+NEWER_APIS = {
+    ("resource.k8s.io/v1", "DeviceClass"): ("1.34.0",),
+    ("resource.k8s.io/v1", "ResourceClaim"): ("1.34.0",),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("1.34.0",),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): ("1.30.0", "1.34.0"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): ("1.30.0", "1.34.0"),
+}
+
+
+def versions_for(obj: dict[str, Any]) -> tuple[str, ...]:
+    return NEWER_APIS.get((obj["apiVersion"], obj["kind"]), KUBERNETES_VERSIONS)
 
 
 def shipped() -> list[tuple[str, dict[str, Any]]]:
@@ -43,6 +56,8 @@ def rendered() -> list[tuple[str, dict[str, Any]]]:
     cases += [(p.name, [p], {}) for p in example_values_files()]
     everything = {"gfd": {"enabled": True}, "runtimeClass": {"create": True}, "health": {"port": 8080}}
     cases += [("everything on", [], everything)]
+    dra = {"enabled": True, "gpus": "0,1", "extendedResourceName": "nvidia.com/gpu"}
+    cases += [("everything and DRA on", [], {**everything, "dra": dra})]
     names, calls = [], []
     for name, files, values in cases:
         for set_files in (None, CONFIG_FILES):
@@ -88,7 +103,7 @@ def check(objects: list[tuple[str, dict[str, Any]]]) -> list[str]:
     errors = []
     for source, obj in objects:
         where = f"{source}: {obj['kind']}/{obj['metadata']['name']}"
-        for version in KUBERNETES_VERSIONS:
+        for version in versions_for(obj):
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as err:

@@ -77,6 +77,7 @@ RENDERINGS: list[dict[str, Any]] = [
     {"values": {**EVERYTHING_ON, "compatWithCPUManager": True}, "set_files": CONFIG_FILES},
     {"values": {"gfd": {"enabled": True}, "migStrategy": "mixed", "mps": {"enableHostPID": False}}},
     {"values": {"health": {"port": 8080, "address": "127.0.0.1"}}},
+    {"values": {**EVERYTHING_ON, "dra": {"enabled": True}}, "set_files": CONFIG_FILES},
     *({"files": [p], "set_files": CONFIG_FILES} for p in example_values_files()),
 ]
 
@@ -89,6 +90,7 @@ ROOT_CONTAINERS = {
     "mps-control-daemon-mounts",  # privileged: mounts a tmpfs with Bidirectional propagation
     "mps-control-daemon-ctr",  # privileged: compute mode, nvidia-cuda-mps-control (NVIDIA's rule)
     "mps-control-daemon-sidecar",  # SIGHUP to the MPS daemon
+    "kubegpu-dra-ctr",  # sockets in the kubelet's root:root 0750 plugins_registry and plugins directories
 }
 NON_ROOT_CONTAINERS = {
     "kubegpu-device-plugin-init",  # the config-manager, oneshot: the API and the shared volumes only
@@ -240,6 +242,21 @@ def test_only_the_plugin_gets_the_cdi_directory() -> None:
     for name, ds in by_kind(objs, "DaemonSet").items():
         has = any(v["name"] == "cdi-root" for v in pod_spec(ds)["volumes"])
         assert has is (name == PLUGIN_DS), name
+
+
+def test_the_dra_driver_gets_the_cdi_directory_and_the_kubelets_plugin_directories_only() -> None:
+    """It writes one CDI spec per prepared claim and serves its sockets in the kubelet's directories:
+    nothing else of the host (no device-plugins directory, no PodResources, no /dev)."""
+    objs = render({**EVERYTHING_ON, "dra": {"enabled": True}}, set_files=CONFIG_FILES)
+    spec = pod_spec(by_kind(objs, "DaemonSet")["kubegpu-dra"])
+    assert {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]} == {
+        "plugins-registry": "/var/lib/kubelet/plugins_registry",
+        "plugins": "/var/lib/kubelet/plugins",
+        "cdi-root": "/var/run/cdi",
+    }
+    assert not spec.get("hostPID") and not spec.get("hostNetwork") and not spec.get("hostIPC")
+    # Its token is the only one in the chart that may write ResourceSlices.
+    assert spec["serviceAccountName"] == "kubegpu-dra"
 
 
 # ------------------------------------------------------------------------------------ HTTP endpoint

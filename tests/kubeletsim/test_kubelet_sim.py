@@ -27,7 +27,6 @@ from kubegpu.kubeletsim import (
     KubeletSimulator,
     Pod,
 )
-from kubegpu.kubeletsim.checkpoint import CHECKPOINT_FILE
 from kubegpu.kubeletsim.poddevices import PodDevices, ResourceAllocation
 
 RES = "example.com/gpu"
@@ -274,7 +273,7 @@ async def test_capacity_counts_every_device_allocatable_only_healthy(sim: Kubele
         assert seen.data == {"devices": 3, "healthy": 2, "unhealthy": ["dev2"]}
         assert sim.capacity() == {RES: 3}
         assert sim.allocatable() == {RES: 2}
-        checkpoint = json.loads((sim.plugin_dir / CHECKPOINT_FILE).read_text())
+        checkpoint = json.loads((sim.plugin_dir / "kubelet_internal_checkpoint").read_text())
         assert checkpoint == {
             "Data": {"PodDeviceEntries": None, "RegisteredDevices": {RES: ["dev1", "dev3"]}},
             "Checksum": 0,
@@ -373,7 +372,7 @@ async def test_restart_wipes_the_directory_and_waits_for_reregistration(
 
     await sim.restart()
 
-    assert sorted(os.listdir(sim.plugin_dir)) == ["kubelet.sock", CHECKPOINT_FILE, "subdir"]
+    assert sorted(os.listdir(sim.plugin_dir)) == ["kubelet.sock", "kubelet_internal_checkpoint", "subdir"]
     assert sim.capacity() == {RES: 0}
     assert sim.allocatable() == {RES: 0}
     assert not sim.registered(RES)
@@ -399,7 +398,7 @@ async def test_a_restart_that_keeps_plugin_sockets_leaves_them_serving(
     kubelet_socket = sim.socket_path.stat()
     await sim.restart(keep_plugin_sockets=True)
 
-    assert sorted(os.listdir(sim.plugin_dir)) == ["fake.sock", "kubelet.sock", CHECKPOINT_FILE]
+    assert sorted(os.listdir(sim.plugin_dir)) == ["fake.sock", "kubelet.sock", "kubelet_internal_checkpoint"]
     assert (sim.socket_path.stat().st_ino, sim.socket_path.stat().st_ctime_ns) != (
         kubelet_socket.st_ino,
         kubelet_socket.st_ctime_ns,
@@ -454,7 +453,9 @@ async def test_admission_asks_for_a_preferred_allocation_then_allocates_per_cont
     recorded = sim.rpc_calls("GetPreferredAllocation")
     assert [r.response.container_responses[0].deviceIDs for r in recorded] == [["dev3", "dev2"], ["dev1"]]
 
-    entries = json.loads((sim.plugin_dir / CHECKPOINT_FILE).read_text())["Data"]["PodDeviceEntries"]
+    entries = json.loads((sim.plugin_dir / "kubelet_internal_checkpoint").read_text())["Data"][
+        "PodDeviceEntries"
+    ]
     assert [(e["PodUID"], e["ContainerName"], e["ResourceName"], e["DeviceIDs"]) for e in entries] == [
         (pod.uid, "a", RES, {"-1": ["dev2", "dev3"]}),
         (pod.uid, "b", RES, {"-1": ["dev1"]}),

@@ -490,8 +490,13 @@ T4_MODEL = "models: {t4: {name: Tesla T4, memory_mib: 15360, compute_capability:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("gpus: []\n", "description: Field required"),
-        ("description: x\nbogus: 1\n", "bogus: Extra inputs are not permitted"),
+        ("gpus: []\n", "description: a required field is missing"),
+        ("description: x\nbogus: 1\n", "bogus: unknown field"),
+        (
+            f"description: x\n{T4_MODEL}\ngpus: [{T4_GPU.replace('minor: 0', 'minor: -1')}]\n",
+            "gpus[0].minor: Expected `int` >= 0",
+        ),
+        ("description: x\nnvlink: {switches: [zz]}\n", "nvlink: switches: not a PCI bus id: 'zz'"),
         (f"description: x\ngpus: [{T4_GPU}]\n", "gpus[0].model: unknown model 't4'"),
         (f"description: x\n{T4_MODEL}\ngpus: [{T4_GPU.replace('GPU-0e', 'GPU-0E')}]\n", "gpus[0].uuid"),
         (f"description: x\n{T4_MODEL}\ngpus: [{T4_GPU}, {T4_GPU}]\n", "duplicate uuid"),

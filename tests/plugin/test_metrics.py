@@ -17,7 +17,7 @@ from kubegpu.allocation.resources import Device, Resource
 from kubegpu.api.podresources.v1 import api_pb2
 from kubegpu.node.inventory import Health
 from kubegpu.plugin.metrics import PluginMetrics, PodDeviceInfo
-from kubegpu.plugin.podresources_client import SOCKET_MISSING, PodResourcesError, device_holders
+from kubegpu.plugin.podresources_client import PodResourcesError, device_holders
 from kubegpu.plugin.registrar import KubeletId, Registration
 from tests.builders import gpu_uuid
 
@@ -290,11 +290,11 @@ async def test_pod_resources_failures_never_fail_the_scrape(caplog: pytest.LogCa
     metrics = PluginMetrics(pod_resources=client)  # type: ignore[arg-type]
     metrics.update_resources([replicas(SHARED)])
     assert named(await scrape(metrics), "kubegpu_pod_device_info")
-    client.error = PodResourcesError(SOCKET_MISSING, "the kubelet's PodResources socket /x does not exist")
+    client.error = PodResourcesError("socket_missing", "the kubelet's PodResources socket /x does not exist")
     for _ in range(3):
         samples = await scrape(metrics)
     assert value(samples, "kubegpu_pod_resources_up") == 0
-    assert value(samples, "kubegpu_pod_resources_errors_total", reason=SOCKET_MISSING) == 3
+    assert value(samples, "kubegpu_pod_resources_errors_total", reason="socket_missing") == 3
     assert named(samples, "kubegpu_pod_device_info") == {}  # no stale holders
     warnings = [r for r in caplog.records if "cannot tell which pods hold which GPUs" in r.message]
     assert len(warnings) == 1  # logged once, not on every scrape

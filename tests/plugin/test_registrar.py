@@ -230,3 +230,34 @@ async def test_close_right_after_a_wake_up_ends_the_loop(
     with caplog.at_level(logging.WARNING, logger="kubegpu.plugin.registrar"):
         await reg.close()
     assert not [m for m in caplog.messages if "did not end" in m]
+
+
+MANY = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"]
+
+
+@pytest.mark.parametrize("keep_plugin_sockets", [False, True])
+async def test_several_resources_register_again_at_once_after_each_kubelet_restart(
+    plugin_dir: Path, registrar: Registrar, sim: KubeletSimulator, keep_plugin_sockets: bool
+) -> None:
+    # Servers restart and register concurrently: each must still restart before it registers with the new
+    # kubelet, register exactly once with it, and end with its devices listed, whichever order they finish.
+    servers = [
+        ResourceServer(replace(RESOURCE, name=name), plugin_dir, AllocateOptions(), INVENTORY.link_map)
+        for name in MANY
+    ]
+    await registrar.set_servers(servers)
+    await sim.wait_for(lambda: all(sim.allocatable().get(n) == 4 for n in MANY), timeout=10)
+    for restart in range(1, 4):
+        mark = sim.last_seq
+        await sim.restart(keep_plugin_sockets=keep_plugin_sockets)
+        for name in MANY:
+            await sim.wait_for_event(EventKind.DEVICES_UPDATED, resource=name, after=mark, timeout=10)
+        await sim.wait_for(lambda: all(sim.allocatable().get(n) == 4 for n in MANY), timeout=10)
+        assert [len(sim.events(EventKind.REGISTERED, resource=n, after=mark)) for n in MANY] == [1] * 4
+        assert [s.incarnation for s in servers] == [restart + 1] * 4  # each restarted once per kubelet
+        assert [len(sim.devices(n)) for n in MANY] == [4] * 4
+    assert not sim.events(EventKind.STREAM_ENDED)  # no old stream tore a new registration down
+    assert registrar.all_registered()
+    assert sorted(p.name for p in plugin_dir.glob("*.sock")) == sorted(
+        ["kubelet.sock", *(f"nvidia-{n.split('/')[1]}.sock" for n in MANY)]
+    )

@@ -111,6 +111,17 @@ async def test_unknown_device_is_nvidias_error_and_server_keeps_serving(served) 
         err.value.details()
         == 'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-x'
     )
+    # More IDs than devices, one of them unknown: NVIDIA's unknown-device check comes first, text and code.
+    crowded = api_pb2.AllocateRequest(
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[gpu_uuid(0)] * 50 + ["GPU-x"])]
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Allocate(crowded)
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    assert (
+        err.value.details()
+        == 'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-x'
+    )
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Allocate(api_pb2.AllocateRequest())
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

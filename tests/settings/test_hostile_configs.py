@@ -35,9 +35,9 @@ from tests.settings.hostile_corpus import ACCEPT, REFUSE, Case, corpus
 from tests.settings.test_plugin_settings import defaults
 
 MEMORY_CEILING = 100 * 2**20  # bytes allocated at the peak, as tracemalloc counts them
-TIME_CEILING_S = (
-    5.0  # generous (tracemalloc slows Python down, CI machines are shared); the bench has the numbers
-)
+# Not a timing test (bench/hostile_config_bench.py has the numbers): a ceiling that only a hang or an
+# exponential blow-up reaches, however loaded the machine and however much tracemalloc slows Python.
+HANG_CEILING_S = 60.0
 
 
 @cache
@@ -91,7 +91,7 @@ def test_hostile_config(tmp_path: Path, case: Case) -> None:
     errors, warnings, elapsed, peak = measured(path)
     assert (REFUSE if errors else ACCEPT) == case.verdict, errors
     assert peak < MEMORY_CEILING, f"{peak / 2**20:.0f} MiB at the peak"
-    assert elapsed < TIME_CEILING_S
+    assert elapsed < HANG_CEILING_S
     for line in (*errors, *warnings):
         assert "\n" not in line and len(line) < 2000, line
     assert len(warnings) <= 42  # 20 named unknown keys, 20 case-folded ones, one count, one spare

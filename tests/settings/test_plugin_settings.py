@@ -9,10 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegpu.settings.flags import PLUGIN_SETTINGS, merge_flags
-from kubegpu.settings.given import FlagValue
+from kubegpu.settings.given import FlagValue, read_given
 from kubegpu.settings.goparse import parse_bool
 from kubegpu.settings.nvidia_config import ConfigError, parse_config_text
 from kubegpu.settings.plugin import resolve
+from kubegpu.settings.setting import PLUGIN
+from kubegpu.settings.table import for_command
 
 
 def defaults(**explicit: object) -> dict[str, FlagValue]:
@@ -81,6 +83,34 @@ def test_bad_files_name_the_problem(tmp_path: Path, text: str, message: str) -> 
     with pytest.raises(ConfigError) as err:
         resolve(defaults(config_file=write(tmp_path, text)))
     assert message in str(err.value)
+
+
+# go-yaml v2's texts (a port of libyaml, with its line arithmetic: scanner errors name the problem's line,
+# parser errors the line before), wrapped as NVIDIA's loader and sigs.k8s.io/yaml wrap them.
+@pytest.mark.parametrize(
+    ("text", "nvidia", "where"),
+    [
+        ("version: v1\nflags: [\n", "yaml: line 2: did not find expected node content", "line 3, column 1"),
+        ("flags:\n\tmigStrategy: none\n", "yaml: line 2: found character that cannot start any token",
+         "line 2, column 1"),
+        ("a: b\n c: d\n", "yaml: line 2: mapping values are not allowed in this context", "line 2, column 3"),
+        ("flags:\n  migStrategy: none\n plugin: {}\n", "yaml: line 2: did not find expected key",
+         "line 3, column 2"),
+        ("flags: 'none\n", "yaml: line 2: found unexpected end of stream", "line 2, column 1"),
+        ("a: [1, 2\nb: 3\n", "yaml: line 1: did not find expected ',' or ']'", "line 2, column 2"),
+    ],
+)  # fmt: skip
+def test_yaml_syntax_errors_are_nvidias_text_then_the_place(
+    tmp_path: Path, text: str, nvidia: str, where: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        resolve(defaults(config_file=path))
+    assert str(err.value) == (
+        "unable to parse config file: error parsing config file: unmarshal error: error converting YAML to "
+        f"JSON: {nvidia} (at {where} of {path}; fix the YAML there (indentation, a missing ':' or an "
+        "unclosed quote or bracket))"
+    )
 
 
 @pytest.mark.parametrize(
@@ -183,4 +213,56 @@ def test_a_config_that_is_not_utf8_is_a_config_error_not_a_crash(tmp_path: Path)
         f"unable to read config file {path}: is not UTF-8 text: byte 0xe9 at offset 17 (line 2, column 6) is "
         "not valid UTF-8; save the config file as UTF-8 text (e.g. iconv -f latin1 -t utf-8); check "
         "--config-file / CONFIG_FILE"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "file"),
+    [
+        ({"device_discovery_strategy": "magic"}, ""),
+        ({}, "version: v1\nflags:\n  deviceDiscoveryStrategy: magic\n"),
+        ({"device_discovery_strategy": "vfio"}, ""),  # GFD's fourth choice; the plugin refuses it
+    ],
+)
+def test_device_discovery_strategy_is_validated_as_nvidia_does(
+    tmp_path: Path, flags: dict[str, object], file: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve(defaults(config_file=write(tmp_path, file), **flags))
+    value = flags.get("device_discovery_strategy", "magic")
+    assert str(err.value) == f"unable to validate flags: invalid --device-discovery-strategy option {value}"
+
+
+def test_device_discovery_strategy_from_the_env_var_is_read() -> None:
+    given = read_given(for_command(PLUGIN), {}, {"DEVICE_DISCOVERY_STRATEGY": "magic"})
+    with pytest.raises(ConfigError) as err:
+        resolve(given)
+    assert str(err.value) == "unable to validate flags: invalid --device-discovery-strategy option magic"
+    given = read_given(for_command(PLUGIN), {}, {"DEVICE_DISCOVERY_STRATEGY": "nvml"})
+    settings = resolve(given)
+    assert settings.flags.deviceDiscoveryStrategy == "nvml" and settings.warnings == ()
+    assert json.loads(settings.log_json())["flags"]["deviceDiscoveryStrategy"] == "nvml"
+
+
+def test_tegra_and_cdi_flags_kubegpu_cannot_act_on_are_said_once() -> None:
+    settings = resolve(
+        defaults(
+            device_discovery_strategy="tegra",
+            cdi_disable_hooks=["all", "chmod"],
+            cdi_feature_flags=["enable-coherent-annotations"],
+            strict_config=True,  # notes, not config warnings: strict mode does not refuse them
+        )
+    )
+    assert settings.cdi_disable_hooks == ("all", "chmod")
+    assert settings.cdi_feature_flags == ("enable-coherent-annotations",)
+    assert settings.warnings == (
+        "--device-discovery-strategy=tegra asks for Tegra (Jetson, integrated GPUs) discovery through "
+        "CUDA, which kubegpu does not implement: it discovers GPUs through NVML as with nvml, so GPUs NVML "
+        "does not see are not advertised; use auto or nvml to silence this",
+        "--cdi-disable-hooks: chmod is not a hook name NVIDIA's CDI library knows (all, create-symlinks, "
+        "update-ldcache, enable-cuda-compat, disable-device-node-modification); ignored, as NVIDIA ignores "
+        "it",
+        "--cdi-feature-flags=enable-coherent-annotations: these switch features of NVIDIA's CDI library "
+        "(nvcdi), which kubegpu does not use: its own CDI specs are unchanged; drop the flag to silence "
+        "this",
     )

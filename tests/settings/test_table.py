@@ -54,6 +54,9 @@ SURFACE = [
     ("plugin", "--kubelet-socket", (), ("KUBELET_SOCKET",), "/var/lib/kubelet/device-plugins/kubelet.sock"),
     ("plugin", "--config-file", (), ("CONFIG_FILE",), ""),
     ("plugin", "--mps-root", (), ("MPS_ROOT",), ""),
+    ("plugin", "--device-discovery-strategy", (), ("DEVICE_DISCOVERY_STRATEGY",), "auto"),
+    ("plugin", "--cdi-disable-hooks", (), ("CDI_DISABLE_HOOKS",), ""),
+    ("plugin", "--cdi-feature-flags", (), ("CDI_FEATURE_FLAGS",), ""),
     ("plugin", "--allow-resource-customization", (), ("KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION",), "false"),
     ("plugin", "--http-port", (), ("KUBEGPU_HTTP_PORT",), "0"),
     ("plugin", "--http-address", (), ("KUBEGPU_HTTP_ADDRESS",), ""),
@@ -64,6 +67,7 @@ SURFACE = [
         ("KUBEGPU_POD_RESOURCES_SOCKET",),
         "/var/lib/kubelet/pod-resources/kubelet.sock",
     ),
+    ("plugin", "--dra-gpus", (), ("KUBEGPU_DRA_GPUS",), "none"),
     ("plugin", "--health-grace-period", (), ("KUBEGPU_HEALTH_GRACE_SECONDS",), "60"),
     ("plugin", "--mps-client-limits", (), ("KUBEGPU_MPS_CLIENT_LIMITS",), "true"),
     ("plugin", "--strict-config", (), ("KUBEGPU_STRICT_CONFIG",), "false"),
@@ -240,4 +244,5 @@ def test_nvidias_choices_are_what_nvidias_validation_accepts(setting: Setting) -
         "device-list-strategy": ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri"),
         "device-id-strategy": ("uuid", "index"),
         "shared-devices-allocation-policy": ("distributed", "packed"),
+        "device-discovery-strategy": ("auto", "nvml", "tegra"),
     }

@@ -132,12 +132,8 @@ def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
     prefix = f'invalid allocation request for "{resource.name}": invalid request: '
     if not device_ids:
         raise AllocationRequestError(prefix + "no devices requested; the kubelet sends at least one ID")
-    if len(device_ids) > len(resource.devices):
-        raise AllocationRequestError(
-            prefix + f"{len(device_ids)} devices requested but this node advertises only "
-            f"{len(resource.devices)} for {resource.name}"
-        )
-    seen: set[str] = set()
+    # NVIDIA's check (every ID known) comes first, so an unknown ID gets its text and code whatever else is
+    # wrong; each lookup is a dict probe, and the gRPC message bound caps the list.
     for device_id in device_ids:
         if len(device_id) > MAX_DEVICE_ID_LENGTH:
             raise AllocationRequestError(
@@ -149,6 +145,13 @@ def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
             raise AllocationRequestError(
                 prefix + f"unknown device: {plain_id(device_id)}", nvidia_compatible=True
             )
+    if len(device_ids) > len(resource.devices):
+        raise AllocationRequestError(
+            prefix + f"{len(device_ids)} devices requested but this node advertises only "
+            f"{len(resource.devices)} for {resource.name}"
+        )
+    seen: set[str] = set()
+    for device_id in device_ids:
         if device_id in seen:
             raise AllocationRequestError(prefix + f"device {quote_id(device_id)} requested more than once")
         seen.add(device_id)

@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kubegpu.allocation.symmetry import Swap, group_swaps, lex_leader_pool
+
 log = logging.getLogger(__name__)
 
 # Up to this many candidate GPUs the search always runs to the proven optimum.
@@ -64,10 +66,10 @@ class _Objective:
 
     lin: list[int]
     quad: list[list[int]]
-    # Per position, its twins: the positions with the same pair scores to every other candidate and to the
-    # required devices (GPUs behind one switch, on one NVSwitch and NUMA node). Swapping twins changes only
-    # the lex term, so a set holding a twin but not a better one (higher lin) is never the best.
-    twins: list[frozenset[int]]
+    # The pair scores and the scores with the required devices, for the search's symmetry pruning.
+    w: list[list[int]]
+    wr: list[int]
+    left_out: bool = False  # the objective of the set left out (`complement`)
 
     @classmethod
     def build(cls, w: list[list[int]], wr: list[int]) -> _Objective:
@@ -77,7 +79,7 @@ class _Objective:
         m1 = m2 * (sum(degree) // 2 + 1)
         lin = [m1 * wr[i] - m2 * degree[i] + (1 << (n - 1 - i)) for i in range(n)]
         quad = [[(m1 + m2) * x for x in row] for row in w]
-        return cls(lin, quad, _twins(w, wr))
+        return cls(lin, quad, w, wr)
 
     def complement(self) -> _Objective:
         """The same objective over the set left out: F(C - T) = F(C) + sum lin'[t] + sum quad[t][u].
@@ -85,7 +87,7 @@ class _Objective:
         Choosing 12 of 16 is then a search for the best 4 to leave out, which is much smaller.
         """
         lin = [-(x + sum(row)) for x, row in zip(self.lin, self.quad, strict=True)]
-        return _Objective(lin, self.quad, self.twins)
+        return _Objective(lin, self.quad, self.w, self.wr, not self.left_out)
 
     def pairs(self, members: Sequence[int]) -> int:
         return sum(self.quad[a][b] for a, b in itertools.combinations(members, 2))
@@ -95,6 +97,9 @@ class _Objective:
 
 
 def _twins(w: list[list[int]], wr: list[int]) -> list[frozenset[int]]:
+    """Per position, its twins: the positions with the same pair scores to every other candidate and to the
+    required devices (GPUs behind one switch, on one NVSwitch and NUMA node). Swapping twins changes only
+    the lex term, so a set holding a twin but not a better one (higher lin) is never the best."""
     classes: dict[tuple[int, tuple[int, ...]], list[list[int]]] = {}
     for i, row in enumerate(w):
         # Twins have the same multiset of weights: only those are compared in full.
@@ -145,8 +150,18 @@ def best_set(
     return tuple(cand[i] for i in sorted(solve(_pair_matrix(score, cand), wr, needed, node_budget)))
 
 
-def solve(w: list[list[int]], wr: list[int], needed: int, node_budget: int | None = None) -> set[int]:
-    """The positions of the best `needed` candidates, given pair scores `w` and scores with the required."""
+def solve(
+    w: list[list[int]],
+    wr: list[int],
+    needed: int,
+    node_budget: int | None = None,
+    swaps: tuple[Swap, ...] | None = None,
+) -> set[int]:
+    """The positions of the best `needed` candidates, given pair scores `w` and scores with the required.
+
+    `swaps`: the interchangeable groups among the candidates (`symmetry.request_swaps`); None finds them
+    from `w` and `wr` when the search first branches.
+    """
     n = len(wr)
     if needed <= 0:
         return set()
@@ -157,7 +172,9 @@ def solve(w: list[list[int]], wr: list[int], needed: int, node_budget: int | Non
         node_budget = SEARCH_NODE_BUDGET
     # Search the smaller side: the set to take, or the set to leave out.
     left_out = needed > n - needed
-    search = _Search(objective.complement() if left_out else objective, min(needed, n - needed), node_budget)
+    search = _Search(
+        objective.complement() if left_out else objective, min(needed, n - needed), node_budget, swaps
+    )
     found = set(search.run())
     if search.exhausted:
         log.warning(
@@ -173,12 +190,16 @@ def solve(w: list[list[int]], wr: list[int], needed: int, node_budget: int | Non
 class _Search:
     """Depth-first branch and bound over candidate positions, seeded with greedy + swap local search."""
 
-    def __init__(self, objective: _Objective, needed: int, node_budget: int | None) -> None:
+    def __init__(
+        self, objective: _Objective, needed: int, node_budget: int | None, swaps: tuple[Swap, ...] | None
+    ) -> None:
         self.f = objective
         self.needed = needed
         self.budget = node_budget
         self.nodes = 0
         self.exhausted = False
+        self.swaps = swaps
+        self.twins: list[frozenset[int]] | None = None
         self.best_value, self.best = self._incumbent()
 
     def run(self) -> list[int]:
@@ -232,6 +253,13 @@ class _Search:
             )
             self._offer(value + best, [*chosen, a, b])
             return
+        if self.swaps is None:  # found once the search branches: most requests never get here
+            self.swaps = group_swaps(self.f.w, self.f.wr)
+        if self.swaps:
+            kept = lex_leader_pool(self.swaps, self.f.left_out, len(self.f.lin), chosen, pool)
+            if kept is None or len(kept) < r:
+                return  # only sets a swap of interchangeable GPUs improves on: none of them is the best
+            pool = kept
         pool = self._viable(value, pool, gain, r)
         if len(pool) < r:
             return  # no completion beats the incumbent (ties are impossible: F is injective)
@@ -246,7 +274,9 @@ class _Search:
             taken[v] += row[v]
         self._dfs(value + gain[u], [*chosen, u], rest, taken)
         # Without u, none of its (worse) twins either: swapping one for u would be strictly better.
-        twins = self.f.twins[u]
+        if self.twins is None:  # found once the search branches: most requests never get here
+            self.twins = _twins(self.f.w, self.f.wr)
+        twins = self.twins[u]
         self._dfs(value, chosen, [v for v in rest if v not in twins] if twins else rest, gain)
 
     def _viable(self, value: int, pool: list[int], gain: list[int], r: int) -> list[int]:

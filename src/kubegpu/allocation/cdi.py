@@ -18,6 +18,7 @@ container the control device nodes, the driver's user-space libraries, binaries 
 the driver root (read-only bind mounts at their host paths), the env below, and two hooks
 (`--nvidia-cdi-hook-path`): create-symlinks for libcuda.so and update-ldcache for the library folders, so
 the CUDA runtime finds the driver through the container's ld cache without touching its LD_LIBRARY_PATH.
+`--cdi-disable-hooks` leaves either out by name, or both with `all`, as NVIDIA's CDI library does.
 
 The tests validate every generated spec against the CDI project's published JSON schema (tests/fixtures/cdi)
 and an overlay with the stricter rules of the specification's prose (tests/cdi_schema.py).
@@ -44,7 +45,7 @@ from kubegpu.node.driverfiles import (
     looking_root,
 )
 from kubegpu.node.inventory import Inventory
-from kubegpu.settings.choices import DEFAULT_CONTAINER_DRIVER_ROOT, DEFAULT_HOOK_PATH
+from kubegpu.settings.choices import ALL_HOOKS, DEFAULT_CONTAINER_DRIVER_ROOT, DEFAULT_HOOK_PATH
 from kubegpu.settings.plugin import PluginSettings
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class CdiOptions:
     hook_path: str = DEFAULT_HOOK_PATH
     modes: tuple[str, ...] = ()  # enabled: gdrcopy, gds, mofed
     imex_channels: tuple[str, ...] = ()
+    disabled_hooks: frozenset[str] = frozenset()  # --cdi-disable-hooks: hook names, or "all"
     # MIG capability minors ("gpu0/gi1/access" -> 21): a MIG device's nodes are its parent's plus two caps.
     mig_minors: Mapping[str, int] = field(default_factory=dict)
 
@@ -99,6 +101,7 @@ class CdiOptions:
             hook_path=plugin.nvidiaCTKPath or DEFAULT_HOOK_PATH,
             modes=enabled_modes(settings),
             imex_channels=tuple(imex_channels),
+            disabled_hooks=frozenset(settings.cdi_disable_hooks),
             mig_minors=dict(mig_minors or {}),
         )
 
@@ -189,6 +192,12 @@ def _gpu_devices(inventory: Inventory, options: CdiOptions) -> list[tuple[str, l
     return out
 
 
+def common_edits(inventory: Inventory, options: CdiOptions) -> dict[str, Any]:
+    """The edits every GPU container gets (control devices, driver libraries and binaries, hooks); the DRA
+    driver's per-claim specs carry the same."""
+    return _common_edits(find_driver_files(options.driver_lookup_root, inventory.driver_version), options)
+
+
 def _common_edits(files: DriverFiles, options: CdiOptions) -> dict[str, Any]:
     env = [VISIBLE_DEVICES_VOID]
     libcuda = files.library("libcuda.so")
@@ -202,26 +211,27 @@ def _common_edits(files: DriverFiles, options: CdiOptions) -> dict[str, Any]:
             for p in (*files.libraries, *files.binaries, *files.firmware)
         ],
     }
-    hooks = _hooks(files, options.hook_path)
+    hooks = _hooks(files, options.hook_path, options.disabled_hooks)
     if hooks:
         edits["hooks"] = hooks
     return edits
 
 
-def _hooks(files: DriverFiles, hook_path: str) -> list[dict[str, Any]]:
-    if not files.libraries:
+def _hooks(files: DriverFiles, hook_path: str, disabled: frozenset[str]) -> list[dict[str, Any]]:
+    if not files.libraries or ALL_HOOKS in disabled:
         return []
     name = os.path.basename(hook_path)
     # nvidia-ctk takes hooks as a subcommand ("nvidia-ctk hook update-ldcache"); nvidia-cdi-hook directly.
     base = [name, "hook"] if name == "nvidia-ctk" else [name]
     hooks = []
     libcuda = files.library("libcuda.so")
-    if libcuda is not None:
+    if libcuda is not None and "create-symlinks" not in disabled:
         folder = os.path.dirname(libcuda)
         link = ["--link", f"libcuda.so.1::{folder}/libcuda.so"]
         hooks.append(_hook(hook_path, [*base, "create-symlinks", *link]))
-    folders = [arg for d in files.library_dirs for arg in ("--folder", d)]
-    hooks.append(_hook(hook_path, [*base, "update-ldcache", *folders]))
+    if "update-ldcache" not in disabled:
+        folders = [arg for d in files.library_dirs for arg in ("--folder", d)]
+        hooks.append(_hook(hook_path, [*base, "update-ldcache", *folders]))
     return hooks
 
 

@@ -26,10 +26,12 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 
 from kubegpu.allocation.best_set import solve
 from kubegpu.allocation.device_ids import any_annotated, backing_id
 from kubegpu.allocation.resources import Resource
+from kubegpu.allocation.symmetry import node_swaps, request_swaps
 from kubegpu.common.quoting import quote_id, quote_ids
 from kubegpu.node.inventory import GpuLink, LinkLevel
 from kubegpu.settings.choices import DISTRIBUTED, PACKED
@@ -164,13 +166,26 @@ def _best_gpu_set(
     index_of = {d: resource.device(d).gpu_index for d in [*required, *candidates]}  # type: ignore[union-attr]
     by_index = {index_of[d]: d for d in candidates}
     cand = sorted(by_index)
-    indices = [*cand, *(index_of[d] for d in required)]
-    scores = _link_scores(indices, links)
-    _warn_missing_links(indices, scores, links)
+    # Scores over every GPU of the resource: its interchangeable groups are found once per topology
+    # (`symmetry.node_swaps`), and each request keeps those its availability leaves intact.
+    node = sorted({d.gpu_index for d in resource.devices})
+    node_scores = _link_scores(node, links)
+    position = {g: k for k, g in enumerate(node)}
+    where = [position[i] for i in cand]
+    held = [position[index_of[d]] for d in required]
+    if held or len(where) < len(node):
+        pick = itemgetter(*where, *held)
+        scores = (
+            [list(pick(node_scores[p])) for p in [*where, *held]] if len(where) + len(held) > 1 else [[0]]
+        )
+    else:
+        scores = node_scores  # every GPU is a candidate, in node order
+    _warn_missing_links([*cand, *(index_of[d] for d in required)], scores, links)
     n = len(cand)
     w = [row[:n] for row in scores[:n]]
     wr = [sum(row[n:]) for row in scores[:n]]
-    return [by_index[cand[i]] for i in sorted(solve(w, wr, needed))]
+    swaps = request_swaps(node_swaps(node_scores), where, held)
+    return [by_index[cand[i]] for i in sorted(solve(w, wr, needed, swaps=swaps))]
 
 
 def _link_scores(indices: Sequence[int], links: Mapping[tuple[int, int], GpuLink]) -> list[list[int]]:

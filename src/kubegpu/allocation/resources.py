@@ -27,9 +27,10 @@ RESOURCE_DOMAIN = "nvidia.com"
 DEFAULT_GPU_RESOURCE = f"{RESOURCE_DOMAIN}/gpu"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-MIG_CONFIG_ERROR = (
-    "invalid MIG configuration: at least one device with migEnabled=true was not configured correctly"
-)
+# NVIDIA's prefixes of its device map's errors (internal/rm/device_map.go).
+DEVICE_MAP_ERROR = "error building device map from config.resources"
+MIG_CONFIG_ERROR = "invalid MIG configuration"
+MIG_NOT_CONFIGURED = "at least one device with migEnabled=true was not configured correctly"
 
 
 class ResourceError(ValueError):
@@ -179,15 +180,25 @@ def _mig_name(profile: str, strategy: str, custom: Resources | None) -> str:
 
 
 def _check_single(gpus: Sequence[Gpu]) -> None:
+    """NVIDIA's three checks for `single`, in its order and with its texts (its device map wraps each in
+    go-nvlib's visitor prefixes): an empty MIG-enabled GPU, then MIG devices of more than one kind, then
+    full GPUs next to MIG devices."""
+    for g in gpus:
+        if g.mig_enabled and not g.mig_devices:
+            raise ResourceError(
+                f"{DEVICE_MAP_ERROR}: {MIG_CONFIG_ERROR}: {MIG_NOT_CONFIGURED}: "
+                f"error visiting device: device {g.index} has no MIG devices configured"
+            )
+    if len({m.profile for g in gpus if g.mig_enabled for m in g.mig_devices}) > 1:
+        raise ResourceError(
+            f"{DEVICE_MAP_ERROR}: {MIG_CONFIG_ERROR}: error visiting devices: error visiting device: "
+            "error visiting device: error visiting MIG device: error visiting MIG device: "
+            "more than one MIG device type present on node"
+        )
     if any(not g.mig_enabled for g in gpus):
         raise ResourceError(
-            f"{MIG_CONFIG_ERROR}: all devices on the node must be configured with the same migEnabled value"
+            f"{DEVICE_MAP_ERROR}: all devices on the node must be configured with the same migEnabled value"
         )
-    for g in gpus:
-        if not g.mig_devices:
-            raise ResourceError(f"{MIG_CONFIG_ERROR}: device {g.index} has no MIG devices configured")
-    if len({m.profile for g in gpus for m in g.mig_devices}) > 1:
-        raise ResourceError(f"{MIG_CONFIG_ERROR}: more than one MIG device type present on node")
 
 
 def base_devices(inventory: Inventory, options: ResourceOptions) -> dict[str, list[Device]]:

@@ -138,6 +138,7 @@ def main() -> None:
 main.lazy_commands.update(
     {
         "plugin": "kubegpu.plugin.cli:plugin_cmd",
+        "dra": "kubegpu.dra.cli:dra_cmd",
         "demo": "kubegpu.demo.run:demo_cmd",
         "kubelet-sim": "kubegpu.kubeletsim.cli:kubelet_sim",
         "fake-nvml": "kubegpu.node.nvml.fake_cli:fake_nvml",

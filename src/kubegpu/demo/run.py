@@ -27,6 +27,8 @@ from rich.text import Text
 from kubegpu.allocation.preferred import pair_score
 from kubegpu.api.v1beta1 import api_pb2
 from kubegpu.common import output
+from kubegpu.demo.dra_act import dra_act
+from kubegpu.demo.dranode import SimulatedDraNode
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import Container, EventKind, Pod, SimEvent
 from kubegpu.node.discovery import discover, nvml_session
@@ -137,7 +139,8 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
             "its kubelet and the kubegpu plugin. No GPU, no cluster.",
         )
     )
-    async with SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node:
+    async with SimulatedDraNode(profile) as dra_node, SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node:
+        dra_node.start_driver()  # its start-up overlaps the plugin's acts; its act comes last
         say.say(Text(f"work dir {node.root} (removed at the end)", style="dim"))
         xid_gpu = min(PREFERRED_XID_GPU, len(inventory.gpus) - 1)
         demo = _Demo(profile, node, inventory, say, results, xid_gpu=xid_gpu)
@@ -147,6 +150,7 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         await demo.kubelet_restart()
         await demo.recovery()
         await demo.clean_exit()
+        await dra_act(dra_node, say, results)
     say.say(
         Text("work dir removed. Try: kubegpu kubelet-sim --help, kubegpu fake-nvml profiles", style="dim")
     )

@@ -18,6 +18,7 @@ MIG devices are read in `discovery_mig`, the links between GPUs in `discovery_li
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -31,6 +32,7 @@ from kubegpu.node.discovery_mig import mig_devices, mig_mode
 from kubegpu.node.inventory import Gpu, Health, Inventory
 from kubegpu.node.nvml.backend import NvmlApi, NvmlBackend
 from kubegpu.node.nvml.pci import sysfs_bus_id
+from kubegpu.node.nvml_names import ARCHITECTURES, BRANDS
 
 log = logging.getLogger(__name__)
 NVMLError = pynvml.NVMLError
@@ -208,8 +210,20 @@ def _read_gpu(api: NvmlApi, index: int, sysfs_root: Path) -> _Found | None:
         mig_capable=mig_capable,
         mig_enabled=mig_enabled,
         mig_devices=mig_devices(api, handle, index, memory) if mig_enabled else (),
+        pcie_root=pcie_root(sysfs_root, pci_bus_id) if pci_bus_id else None,
+        architecture=_named(api.nvmlDeviceGetArchitecture, handle, ARCHITECTURES, "architecture"),
+        brand=_named(api.nvmlDeviceGetBrand, handle, BRANDS, "brand"),
     )
     return _Found(gpu, handle, problems)
+
+
+def _named(call: Any, handle: Any, names: dict[int, str], what: str) -> str:
+    """An enum NVML reports, by go-nvlib's name; "" when NVML cannot say (not a health problem)."""
+    try:
+        return names.get(call(handle), "")
+    except NVMLError as err:
+        log.debug("cannot read the %s: %s", what, err)
+        return ""
 
 
 def numa_node(sysfs_root: Path, pci_bus_id: str) -> int | None:
@@ -221,3 +235,16 @@ def numa_node(sysfs_root: Path, pci_bus_id: str) -> int | None:
         log.debug("no NUMA node for PCI device %s: %s", pci_bus_id, err)
         return None
     return node if node >= 0 else None
+
+
+def pcie_root(sysfs_root: Path, pci_bus_id: str) -> str | None:
+    """The PCIe root complex the GPU hangs under ("pci0000:00"), from where its sysfs link points (the
+    standard `resource.kubernetes.io/pcieRoot` attribute). None when sysfs does not show it."""
+    try:
+        target = (sysfs_root / "bus" / "pci" / "devices" / sysfs_bus_id(pci_bus_id)).resolve(strict=True)
+    except OSError:
+        return None
+    return next((part for part in target.parts if _PCIE_ROOT.fullmatch(part)), None)
+
+
+_PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 
-from kubegpu.node.inventory import MigDevice
+from kubegpu.node.inventory import MigDevice, MigEngines
 from kubegpu.node.nvml.backend import NvmlApi
 
 log = logging.getLogger(__name__)
@@ -79,13 +80,18 @@ def _read_mig_device(
     gpu_slices, compute_slices = attrs.gpuInstanceSliceCount, attrs.computeInstanceSliceCount
     size = f"{gpu_slices}g.{mig_memory_gb(attrs.memorySizeMB, parent_memory)}gb"
     profile = size if compute_slices == gpu_slices else f"{compute_slices}c.{size}"
+    facts = gi_profiles.facts(gi)
     return MigDevice(
         uuid=api.nvmlDeviceGetUUID(handle),
         index=slot,
         gi=gi,
         ci=api.nvmlDeviceGetComputeInstanceId(handle),
-        profile=profile + gi_profiles.suffix(gi),
+        profile=profile + facts.suffix,
         memory_bytes=attrs.memorySizeMB * MIB,
+        gi_profile_id=facts.profile_id,
+        placement_start=facts.placement_start,
+        placement_size=facts.placement_size,
+        engines=facts.engines,
     )
 
 
@@ -103,38 +109,62 @@ def mig_memory_gb(mig_memory_mib: int, gpu_memory_bytes: int) -> int:
     return math.floor(fraction * total_gb + 0.5)  # Go's math.Round: halves away from zero
 
 
+@dataclass(frozen=True, slots=True)
+class _GiFacts:
+    suffix: str = ""
+    profile_id: int | None = None
+    placement_start: int | None = None
+    placement_size: int = 0
+    engines: MigEngines | None = None
+
+
 class _GiProfiles:
-    """Attribute suffix (+me, ...) of a GPU instance, from its profile, looked up once per GPU."""
+    """A GPU instance's profile (attribute suffix +me..., ID, placement, engines), looked up once per GPU."""
 
     def __init__(self, api: NvmlApi, parent: Any) -> None:
         self._api = api
         self._parent = parent
-        self._index_by_id: dict[int, int] | None = None
+        self._by_id: dict[int, tuple[int, Any]] | None = None
         self._warned = False
 
-    def suffix(self, gi: int) -> str:
+    def facts(self, gi: int) -> _GiFacts:
         try:
-            profile_id = self._api.nvmlGpuInstanceGetInfo(
-                self._api.nvmlDeviceGetGpuInstanceById(self._parent, gi)
-            ).profileId
+            info = self._api.nvmlGpuInstanceGetInfo(self._api.nvmlDeviceGetGpuInstanceById(self._parent, gi))
         except NVMLError as err:  # e.g. NO_PERMISSION when not privileged: names lose only the suffix
             # Once per GPU: the same cause would repeat for each of its up to 7 MIG devices.
             (log.debug if self._warned else log.warning)(
                 "cannot read the profile of GPU instance %d, naming it without attributes: %s", gi, err
             )
             self._warned = True
-            return ""
-        return _GI_PROFILE_SUFFIX.get(self._profiles().get(profile_id, -1), "")
+            return _GiFacts()
+        index, profile = self._profiles().get(info.profileId, (-1, None))
+        engines = None
+        if profile is not None:
+            engines = MigEngines(
+                multiprocessors=profile.multiprocessorCount,
+                copy_engines=profile.copyEngineCount,
+                decoders=profile.decoderCount,
+                encoders=profile.encoderCount,
+                jpegs=profile.jpegCount,
+                ofas=profile.ofaCount,
+            )
+        return _GiFacts(
+            suffix=_GI_PROFILE_SUFFIX.get(index, ""),
+            profile_id=info.profileId,
+            placement_start=info.placement.start,
+            placement_size=info.placement.size,
+            engines=engines,
+        )
 
-    def _profiles(self) -> dict[int, int]:
-        """GPU instance profile id -> NVML_GPU_INSTANCE_PROFILE_* index."""
-        if self._index_by_id is None:
-            self._index_by_id = {}
+    def _profiles(self) -> dict[int, tuple[int, Any]]:
+        """GPU instance profile id -> (NVML_GPU_INSTANCE_PROFILE_* index, its profile info)."""
+        if self._by_id is None:
+            self._by_id = {}
             for index in range(_GI_PROFILE_COUNT):
                 info = self._profile_info(index)
                 if info is not None:
-                    self._index_by_id[info.id] = index
-        return self._index_by_id
+                    self._by_id[info.id] = (index, info)
+        return self._by_id
 
     def _profile_info(self, index: int) -> Any:
         try:

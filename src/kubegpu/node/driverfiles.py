@@ -16,6 +16,7 @@ import glob
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -90,21 +91,36 @@ def imex_channel_path(channel: str) -> str:
 
 
 def imex_channels(channel_ids: Sequence[int], dev_root: str, required: bool) -> tuple[str, ...]:
-    """The configured IMEX channels whose device node exists under `dev_root` (as NVIDIA: missing ones are
-    skipped with a warning, or fail the start when IMEX is required)."""
+    """The configured IMEX channels whose character device exists under `dev_root`. As NVIDIA: a missing
+    channel, or a path that is not a character device (a regular file left by a script, a directory), is
+    skipped with a warning, or fails the start when IMEX is required (NVIDIA's text first)."""
     found = []
     for channel in (str(c) for c in channel_ids):
         path = join(dev_root, imex_channel_path(channel))
-        if os.path.exists(path):
+        problem = _not_a_channel(path)
+        if problem is None:
             found.append(channel)
         elif required:
             raise ImexChannelError(
-                f"requested IMEX channel channel{channel} does not exist (no {path}); create it (the IMEX "
+                f"requested IMEX channel channel{channel} does not exist ({problem}); create it (the IMEX "
                 "daemon or nvidia-modprobe does) or drop --imex-required"
             )
         else:
-            log.warning("Ignoring requested IMEX channel channel%s (does not exist: no %s)", channel, path)
+            log.warning("Ignoring requested IMEX channel channel%s (does not exist: %s)", channel, problem)
     return tuple(found)
+
+
+def _not_a_channel(path: str) -> str | None:
+    """Why `path` is not an IMEX channel's device node, or None when it is one (symlinks followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"no {path}"
+    except OSError as err:
+        return f"{path}: {err.strerror}"
+    if not stat.S_ISCHR(mode):
+        return f"{path} is not a character device"
+    return None
 
 
 def existing(root: str, patterns: Iterable[str]) -> list[str]:

@@ -68,6 +68,25 @@ class MigDevice:
     profile: str  # e.g. "1g.5gb", "1g.10gb+me", "1c.2g.10gb"
     memory_bytes: int
     health: Health = field(default_factory=Health.ok)
+    # The GPU instance's profile ID and placement (start slice, slice count), and its engines as the
+    # GPU instance profile lists them; None/0 when NVML could not say (e.g. not privileged). NVIDIA's DRA
+    # driver names a MIG device by profile ID and placement start.
+    gi_profile_id: int | None = None
+    placement_start: int | None = None
+    placement_size: int = 0
+    engines: MigEngines | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigEngines:
+    """A GPU instance profile's engine counts (NVML's nvmlGpuInstanceProfileInfo_t)."""
+
+    multiprocessors: int = 0
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpegs: int = 0
+    ofas: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +105,9 @@ class Gpu:
     mig_enabled: bool = False
     mig_devices: tuple[MigDevice, ...] = ()
     health: Health = field(default_factory=Health.ok)
+    architecture: str = ""  # as go-nvlib names NVML's architecture, e.g. "Ampere", "Ada Lovelace"; "" unknown
+    pcie_root: str | None = None  # the PCIe root complex from sysfs, e.g. "pci0000:00"; None unknown
+    brand: str = ""  # as go-nvlib names NVML's brand, e.g. "Nvidia", "Tesla", "GeForceRTX"; "" unknown
 
     @property
     def device_path(self) -> str:

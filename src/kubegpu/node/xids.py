@@ -8,19 +8,18 @@ user can extend) says what an acted-on XID calls for, which decides whether the 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Any
 
 from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.settings.env import DaemonEnv
-from kubegpu.settings.goyaml import GoYamlError
-from kubegpu.settings.goyaml import load as load_yaml
+from kubegpu.settings.gotext import preview
 from kubegpu.settings.table import DISABLE_HEALTHCHECKS_ENV, ENABLE_HEALTHCHECKS_ENV, XID_ACTIONS_ENV
 from kubegpu.settings.values import XidList
 
@@ -101,15 +100,10 @@ class XidAction(enum.StrEnum):
 DEFAULT_ACTION = XidAction.RESET_GPU  # unknown XIDs: NVIDIA marks every XID it does not ignore
 
 
-class _CatalogEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass(frozen=True, slots=True)
+class _CatalogEntry:
     action: XidAction
     meaning: str = ""
-
-
-class _Catalog(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    xids: dict[int, _CatalogEntry]
 
 
 class XidCatalogError(ValueError):
@@ -117,35 +111,107 @@ class XidCatalogError(ValueError):
 
 
 XID_CATALOG_LIMIT = MIB  # mounted from a ConfigMap, like the config file
+_ACTIONS = ", ".join(a.value for a in XidAction)
+
+
+class _Invalid(ValueError):
+    """The catalog's problems, each `where: what`, all of them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+
+
+def _parse_catalog(data: Any) -> dict[int, _CatalogEntry]:
+    """`{xids: {<XID>: {action: <action>, meaning: <text>}}}`, checked; _Invalid lists every problem."""
+    if not isinstance(data, dict):
+        raise _Invalid([f"the file must be a mapping with the key xids (got {preview(data)})"])
+    problems = [f"{key}: unknown key (the file has only xids)" for key in data if key != "xids"]
+    xids = data.get("xids")
+    if not isinstance(xids, dict):
+        what = "missing" if "xids" not in data else f"must be a mapping of XID numbers (got {preview(xids)})"
+        raise _Invalid([f"xids: {what}", *problems])
+    out: dict[int, _CatalogEntry] = {}
+    for key, raw in xids.items():
+        where = f"xids.{key}"
+        xid = _xid_number(key)
+        if xid is None:
+            problems.append(f"{where}: {preview(key)} is not an XID number (e.g. 48)")
+            continue
+        if not isinstance(raw, dict):
+            problems.append(f"{where}: must be a mapping with action and meaning (got {preview(raw)})")
+            continue
+        problems.extend(
+            f"{where}.{k}: unknown key (an entry has action and meaning)"
+            for k in raw
+            if k not in ("action", "meaning")
+        )
+        action = raw.get("action")
+        known = isinstance(action, str) and action in XidAction._value2member_map_
+        if not known:
+            what = "missing" if "action" not in raw else f"must be one of {_ACTIONS} (got {preview(action)})"
+            problems.append(f"{where}.action: {what}")
+        meaning = raw.get("meaning", "")
+        if not isinstance(meaning, str):
+            problems.append(f"{where}.meaning: must be text (got {preview(meaning)})")
+        if known and isinstance(meaning, str):
+            out[xid] = _CatalogEntry(XidAction(str(action)), meaning)
+    if problems:
+        raise _Invalid(problems)
+    return out
+
+
+def _xid_number(key: Any) -> int | None:
+    if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+        return key
+    if isinstance(key, str) and key.isascii() and key.isdigit():
+        return int(key)
+    return None
+
+
+# One entry of the built-in catalog as it is written: `  48: {action: reset_gpu, meaning: "..."}`.
+_BUILTIN_ENTRY = re.compile(r'\s+(\d+):\s*\{action:\s*(\w+),\s*meaning:\s*"([^"\\]*)"\}\s*')
+
+
+@functools.cache
+def _builtin() -> dict[int, _CatalogEntry]:
+    """The shipped catalog, read line by line: its entries have one fixed form (a test checks that the YAML
+    reader reads the file the same), so a daemon with no config or XID file never loads a YAML reader."""
+    text = resources.files("kubegpu.node").joinpath("xid_catalog.yaml").read_text()
+    entries: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#") or line == "xids:":
+            continue
+        match = _BUILTIN_ENTRY.fullmatch(line)
+        if match is None:
+            raise RuntimeError(f"xid_catalog.yaml: {line!r} is not in the built-in catalog's one-line form")
+        entries[match[1]] = {"action": match[2], "meaning": match[3]}
+    return _parse_catalog({"xids": entries})
 
 
 def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
     """The built-in catalog, or a user's file in the same shape (which extends and overrides it)."""
-    builtin = _Catalog.model_validate(
-        yaml.safe_load(resources.files("kubegpu.node").joinpath("xid_catalog.yaml").read_text())
-    )
+    builtin = _builtin()
     if path is None:
-        return builtin.xids
+        return dict(builtin)
+    from kubegpu.settings.goyaml import GoYamlError
+    from kubegpu.settings.goyaml import load as load_yaml
+
     try:
         text = read_text_file(path, limit=XID_CATALOG_LIMIT, what="XID actions file")
-        user = _Catalog.model_validate(load_yaml(text).value or {"xids": {}})
-    except (FileProblem, GoYamlError, ValidationError) as err:
+        user = _parse_catalog(load_yaml(text).value or {"xids": {}})
+    except (FileProblem, GoYamlError, _Invalid) as err:
         raise XidCatalogError(
             f"invalid XID actions file {path} ({XID_ACTIONS_ENV}): {_one_line(err)}; expected e.g. "
             "'xids: {48: {action: reset_gpu, meaning: double-bit ECC error}}' with actions "
-            f"{', '.join(a.value for a in XidAction)}"
+            f"{_ACTIONS}"
         ) from err
-    return {**builtin.xids, **user.xids}
+    return {**builtin, **user}
 
 
 def _one_line(err: Exception) -> str:
-    if isinstance(err, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
-            for e in err.errors()
-        )
-    if isinstance(err, GoYamlError) and err.line:
-        return f"{err} (line {err.line}, column {err.column})"
+    line, column = getattr(err, "line", 0), getattr(err, "column", 0)  # a GoYamlError's place
+    if line:
+        return f"{err} (line {line}, column {column})"
     return str(err)
 
 

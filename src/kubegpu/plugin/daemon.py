@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kubegpu.allocation.allocate import AllocateOptions
 from kubegpu.allocation.cdi import Spec, specs_for
@@ -49,11 +49,10 @@ from kubegpu.node.mps_control import mps_daemon_alive
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.node.xids import XidAction, XidCatalogError
 from kubegpu.plugin.cdi_files import CdiSpecWriter
+from kubegpu.plugin.coexist import describe, leave_to_dra
 from kubegpu.plugin.config_diff import config_changes
+from kubegpu.plugin.events import DaemonEvents, NoMetrics
 from kubegpu.plugin.filewatch import watch_file
-from kubegpu.plugin.http_endpoint import HttpServer
-from kubegpu.plugin.metrics import PluginMetrics
-from kubegpu.plugin.podresources_client import PodResourcesClient
 from kubegpu.plugin.reconcile import (
     MonitorStep,
     Plan,
@@ -67,9 +66,13 @@ from kubegpu.plugin.registrar import KubeletId, Registrar, Registration
 from kubegpu.plugin.server import ResourceServer
 from kubegpu.plugin.supervise import Supervisor
 from kubegpu.settings.choices import DEFAULT_KUBELET_SOCKET
+from kubegpu.settings.dra_selection import GpuSelection
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import PluginSettings
 from kubegpu.settings.table import CDI_ROOT_ENV
+
+if TYPE_CHECKING:
+    from kubegpu.plugin.http_endpoint import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +111,7 @@ class Candidate:
     allocate_options: AllocateOptions
     withheld: frozenset[str]  # MPS resources whose control daemon does not answer yet
     specs: Mapping[str, Spec]
+    to_dra: tuple[Gpu, ...] = ()  # discovered GPUs left to `kubegpu dra` (--dra-gpus)
 
 
 def in_daemon_thread(call: Callable[[], T], name: str) -> asyncio.Future[T]:
@@ -162,12 +166,18 @@ class Daemon:
         )
         self.started_at = time.monotonic()
         self._discovered = False  # the first discovery has finished (GPUs found or not)
-        pod_resources = settings.pod_resources_socket
-        self.metrics = PluginMetrics(
-            status=self,
-            pod_resources=PodResourcesClient(pod_resources) if pod_resources else None,
-            tasks=lambda: self.supervisor.states(),
-        )
+        self.metrics: DaemonEvents = NoMetrics()
+        served_metrics = None
+        if settings.http_port:  # prometheus-client only when /metrics is served (events.py says why)
+            from kubegpu.plugin.metrics import PluginMetrics
+            from kubegpu.plugin.podresources_client import PodResourcesClient
+
+            pod_resources = settings.pod_resources_socket
+            self.metrics = served_metrics = PluginMetrics(
+                status=self,
+                pod_resources=PodResourcesClient(pod_resources) if pod_resources else None,
+                tasks=lambda: self.supervisor.states(),
+            )
         self.supervisor = Supervisor(self._fatal, observer=self.metrics, backoff=restart_backoff)
         self.registrar = Registrar(
             self.plugin_dir,
@@ -175,19 +185,19 @@ class Daemon:
             on_registered=self.metrics.registered,
             spawn=self.supervisor.spawn,
         )
-        self.http = (
-            HttpServer(
+        self.http: HttpServer | None = None
+        if served_metrics is not None:
+            from kubegpu.plugin.http_endpoint import HttpServer
+
+            self.http = HttpServer(
                 self,
-                self.metrics,
+                served_metrics,
                 port=settings.http_port,
                 host=settings.http_address or None,
                 grace_s=settings.health_grace_s,
                 tasks_down=self.supervisor.down,
                 spawn=self.supervisor.spawn,
             )
-            if settings.http_port
-            else None
-        )
         try:
             self.health_settings = HealthSettings.from_settings(settings.env)
         except XidCatalogError as err:
@@ -199,6 +209,8 @@ class Daemon:
         self._base = Inventory()  # discovered + carried GPUs, without faults
         self.inventory = Inventory()  # as served: _base with the faults on top
         self._missing: dict[str, Gpu] = {}
+        self._to_dra: tuple[Gpu, ...] = ()
+        self._said_to_dra: tuple[tuple[str, ...], GpuSelection] | None = None  # last logged
         self._resource_options = ResourceOptions()
         self._allocate_options = AllocateOptions()
         self._withheld: frozenset[str] = frozenset()
@@ -408,12 +420,14 @@ class Daemon:
     async def _prepare(self, settings: PluginSettings, *, rediscover: bool) -> Candidate:
         """Everything the change needs, or ReloadError naming what cannot be served. Changes nothing."""
         if rediscover:
-            discovered = await self._discover(settings)
-            carried = carry_missing(self._base, discovered)
-            base, missing = carried.inventory, carried.missing
+            found = leave_to_dra(await self._discover(settings), settings.dra_gpus)
+            # A GPU given to DRA since the last pass is not lost: it must not be carried over as missing.
+            previous = leave_to_dra(self._base, settings.dra_gpus).inventory
+            carried = carry_missing(previous, found.inventory)
+            base, missing, to_dra = carried.inventory, carried.missing, found.gpus
             reasons = await asyncio.to_thread(self._why_missing, list(missing)) if missing else {}
         else:
-            base, missing, reasons = self._base, self._missing, {}
+            base, missing, reasons, to_dra = self._base, self._missing, {}, self._to_dra
         resource_opts = await asyncio.to_thread(resource_options, settings)
         try:
             allocate_opts = await asyncio.to_thread(allocate_options, settings)
@@ -437,6 +451,7 @@ class Daemon:
             allocate_options=allocate_opts,
             withheld=withheld,
             specs=specs,
+            to_dra=to_dra,
         )
 
     async def _discover(self, settings: PluginSettings) -> Inventory:
@@ -514,8 +529,10 @@ class Daemon:
                     uuid,
                     reason,
                 )
+        self._log_to_dra(candidate)
         async with self._apply_lock:
             self.settings = candidate.settings
+            self._to_dra = candidate.to_dra
             self._base = candidate.base
             self._missing = dict(candidate.missing)
             self._resource_options = candidate.resource_options
@@ -534,12 +551,25 @@ class Daemon:
                 self._base.cuda_driver_version or "?",
                 ", ".join(f"{r.name}={len(r.devices)}" for r in applied.serving) or "nothing",
             )
-        if not gpus and not self.supervisor.running("discovery-retry"):
+        # Every GPU given to DRA is not "no devices": nothing to serve and nothing to retry.
+        if not gpus and not self._to_dra and not self.supervisor.running("discovery-retry"):
             log.warning("%s", NO_DEVICES)
             self.supervisor.start("discovery-retry", self._retry_discovery)
         if self._withheld and not self.supervisor.running("mps-retry"):
             self.supervisor.start("mps-retry", self._retry_mps)
         return applied
+
+    def _log_to_dra(self, candidate: Candidate) -> None:
+        """Say which GPUs DRA gets, at start and whenever that changes; warn about items naming no GPU."""
+        selection = candidate.settings.dra_gpus
+        said = (tuple(g.uuid for g in candidate.to_dra), selection)
+        if not candidate.rediscovered or said == self._said_to_dra or (selection.empty and not self._to_dra):
+            return
+        self._said_to_dra = said
+        log.info("%s", describe(candidate.to_dra, selection))
+        unmatched = selection.unmatched([*candidate.base.gpus, *candidate.to_dra])
+        if unmatched:
+            log.warning("KUBEGPU_DRA_GPUS names no GPU of this node: %s", ", ".join(unmatched))
 
     def _build_served(self) -> list[Resource]:
         """The resources to serve now: the current snapshot with today's faults, minus withheld ones."""

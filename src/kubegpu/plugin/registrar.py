@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from asyncinotify import Inotify, Mask
@@ -32,6 +33,9 @@ from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 from kubegpu.common.backoff import Backoff
 from kubegpu.common.dirs import ensure_dir
 from kubegpu.plugin.server import OPTIONS, ResourceServer
+
+if TYPE_CHECKING:
+    from kubegpu.api.v1beta1.api_pb2_grpc import RegistrationAsyncStub
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,14 @@ class Registration:
 def registration_backoff() -> Backoff:
     """Retries of serving and registering: 20 ms doubling to 5 s, each wait 20% either side for jitter."""
     return Backoff(initial=0.02, maximum=5.0, jitter=(0.8, 1.2))
+
+
+def _failed(channel: grpc.aio.Channel) -> bool:
+    """A connection attempt failed: the channel would now wait out gRPC's reconnect back-off (1 s)."""
+    return channel.get_state() in (
+        grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+        grpc.ChannelConnectivity.SHUTDOWN,
+    )
 
 
 def kubelet_identity(path: Path) -> KubeletId | None:
@@ -188,57 +200,100 @@ class Registrar:
             return await self._reconcile()
 
     async def _reconcile(self) -> float | None:
-        current = kubelet_identity(self.kubelet_socket) if self.kubelet_socket else None
-        retry: float | None = None
-        for server in self._servers:
-            reg = self.state[server.name]
-            if server.outgrown:
-                log.info(
-                    "%s has %d devices, more than its receive limit of %d KiB lets a request name: "
-                    "serving it again with a larger limit",
-                    server.name,
-                    len(server.resource.devices),
-                    server.receive_limit // 1024,
-                )
-                await server.stop()
-            if not server.running or not server.socket_intact():
-                if server.running:
-                    log.warning("socket %s was removed (kubelet restart?): serving again", server.socket_path)
-                    await server.stop()
-                reg.registered_with = None
-                try:
-                    await server.start()
-                except (OSError, RuntimeError) as err:
-                    log.warning("cannot serve %s on %s (%s); retrying", server.name, server.socket_path, err)
-                    await server.stop()
-                    retry = self._backoff.next_delay()
-                    continue
-            if self.kubelet_socket is None or self._registered(server, current):
-                continue
-            if current is None:
+        """Serve every server that must (re)start, all at once; then register every one the current kubelet
+        does not know, all at once over one connection, opened while the servers start. A kubelet restart
+        costs one restart and one Register round trip, however many resources there are."""
+        current = self.current_kubelet()
+        restarts = [s for s in self._servers if self._must_serve(s, current)]
+        early: grpc.aio.Channel | None = None
+        if current is not None and restarts:
+            # Connect to the kubelet while the servers start; Register reuses the connection.
+            early = self._kubelet_channel()
+            early.get_state(try_to_connect=True)
+        try:
+            served = await asyncio.gather(*(self._serve(s) for s in restarts))
+            retry = None if all(served) else self._backoff.next_delay()
+            if self.kubelet_socket is None:
+                return retry
+            kubelet = self.current_kubelet()  # it may have come up while we served
+            # Only servers whose socket is still theirs: the kubelet wipes sockets one by one, and one deleted
+            # since this pass began is served again by the next pass (its deletion woke us); registering it
+            # now would have the kubelet dial a missing socket for 10 s while this pass waits.
+            pending = [
+                s
+                for s in self._servers
+                if s.running and s.socket_intact() and not self._registered(s, kubelet)
+            ]
+            if not pending:
+                return retry
+            if kubelet is None:
                 log.info("waiting for the kubelet: %s does not exist yet", self.kubelet_socket)
-                continue  # its creation wakes us
-            if reg.registered_with is not None and reg.registered_with != current:
-                log.info("kubelet restarted: restarting %s before registering again", server.name)
-                await server.stop()
-                await server.start()
-            if await self._register(server, reg, current):
-                self._backoff.reset()
-            else:
-                retry = self._backoff.next_delay()
-        return retry
+                return retry  # its creation wakes us
+            if early is not None and (kubelet != current or _failed(early)):
+                await early.close(grace=None)  # kubelet.sock replaced meanwhile, or the attempt failed
+                early = None
+            if early is None:
+                early = self._kubelet_channel()
+            stub: RegistrationAsyncStub = api_pb2_grpc.RegistrationStub(early)
+            registered = await asyncio.gather(*(self._register(stub, s, kubelet) for s in pending))
+        finally:
+            if early is not None:
+                await early.close(grace=None)
+        if all(registered):
+            self._backoff.reset()
+            return retry
+        return self._backoff.next_delay()
 
-    async def _register(self, server: ResourceServer, reg: Registration, kubelet: KubeletId) -> bool:
+    def _kubelet_channel(self) -> grpc.aio.Channel:
         assert self.kubelet_socket is not None
+        return grpc.aio.insecure_channel(f"unix://{self.kubelet_socket.resolve()}")
+
+    def _must_serve(self, server: ResourceServer, current: KubeletId | None) -> bool:
+        """Whether `server` must (re)start before it can register; says why in the log."""
+        reg = self.state[server.name]
+        if server.outgrown:
+            log.info(
+                "%s has %d devices, more than its receive limit of %d KiB lets a request name: "
+                "serving it again with a larger limit",
+                server.name,
+                len(server.resource.devices),
+                server.receive_limit // 1024,
+            )
+        elif server.running and not server.socket_intact():
+            log.warning("socket %s was removed (kubelet restart?): serving again", server.socket_path)
+        elif not server.running:
+            pass
+        elif current is not None and reg.registered_with is not None and reg.registered_with != current:
+            # The old kubelet's stream must be gone before we register with the new one (v1.32 tears the
+            # new registration down when it ends later).
+            log.info("kubelet restarted: restarting %s before registering again", server.name)
+        else:
+            return False
+        reg.registered_with = None
+        return True
+
+    async def _serve(self, server: ResourceServer) -> bool:
+        try:
+            await server.restart()
+        except (OSError, RuntimeError) as err:
+            log.warning("cannot serve %s on %s (%s); retrying", server.name, server.socket_path, err)
+            await server.stop()
+            return False
+        return True
+
+    async def _register(
+        self, stub: RegistrationAsyncStub, server: ResourceServer, kubelet: KubeletId
+    ) -> bool:
+        reg = self.state[server.name]
         request = api_pb2.RegisterRequest(
             version=API_VERSION,
             endpoint=server.resource.socket_name,
             resource_name=server.name,
             options=OPTIONS,
         )
+        incarnation = server.incarnation
         try:
-            async with grpc.aio.insecure_channel(f"unix://{self.kubelet_socket.resolve()}") as channel:
-                await api_pb2_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT_S)
+            await stub.Register(request, timeout=REGISTER_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
             reg.failures += 1
             reg.last_error = f"{err.code().name}: {err.details()}"
@@ -249,7 +304,7 @@ class Registrar:
             )
             return False
         reg.registered_with = kubelet
-        reg.incarnation = server.incarnation
+        reg.incarnation = incarnation
         reg.registered_at = time.monotonic()
         reg.registrations += 1
         reg.last_error = None

@@ -113,6 +113,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         metrics: AllocationObserver | None = None,
     ) -> None:
         self.resource = resource
+        self._message = device_list(resource)  # what ListAndWatch sends, built once per change
         self.socket_path = plugin_dir / resource.socket_name
         self._options = options
         self._links = links
@@ -176,6 +177,15 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             MAX_CONCURRENT_RPCS,
         )
 
+    async def restart(self) -> None:
+        """Serve on a fresh socket: stop (if serving), then start.
+
+        In that order, never overlapped: the old server's streams must have ended before the new one
+        registers (the v1.32 kubelet tears a new registration down when an old stream ends after it), and
+        gRPC unlinks a unix socket's path when its server shuts down, which would take the new socket."""
+        await self.stop()
+        await self.start()
+
     async def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:
@@ -199,8 +209,9 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
 
     async def update(self, resource: Resource) -> bool:
         """Serve a new device list; returns True when the kubelet will see a change."""
-        changed = device_list(resource) != device_list(self.resource)
-        self.resource = resource
+        message = device_list(resource)
+        changed = message != self._message
+        self.resource, self._message = resource, message
         if changed:
             async with self._changed:
                 self._generation += 1
@@ -235,15 +246,15 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             return
         server = self._server
         generation = self._generation
+        yield self._message  # first, and logged after: the kubelet has no devices until it arrives
         log.info("kubelet opened ListAndWatch for %s", self.name)
-        yield device_list(self.resource)
         while self._server is server and server is not None:
             async with self._changed:
                 await self._changed.wait_for(functools.partial(self._outdated, generation, server))
             if self._server is not server:
                 return
             generation = self._generation
-            yield device_list(self.resource)
+            yield self._message
 
     async def GetPreferredAllocation(
         self,

@@ -51,17 +51,48 @@ _NOT_NVML = {
 }
 
 
-def discovery_strategy_note(strategy: str) -> str | None:
+def discovery_strategy_note(strategy: str, consequence: str = "get no labels") -> str | None:
     """What kubegpu does for a --device-discovery-strategy NVIDIA accepts but kubegpu does not implement;
-    None for `auto` and `nvml` (NVML, as NVIDIA's `auto` on a node with NVML)."""
+    None for `auto` and `nvml` (NVML, as NVIDIA's `auto` on a node with NVML). `consequence`: what happens to
+    the GPUs NVML does not see, for this command."""
     what = _NOT_NVML.get(strategy)
     if what is None:
         return None
     return (
         f"--device-discovery-strategy={strategy} asks for {what}, which kubegpu does not implement: it "
-        "discovers GPUs through NVML as with nvml, so GPUs NVML does not see get no labels; use auto or nvml "
-        "to silence this"
+        f"discovers GPUs through NVML as with nvml, so GPUs NVML does not see {consequence}; use auto or "
+        "nvml to silence this"
     )
+
+
+# --cdi-disable-hooks / --cdi-feature-flags: the names NVIDIA's CDI library (nvcdi, nvidia-container-toolkit)
+# knows. kubegpu writes two of these hooks itself; it does not use nvcdi, so its feature flags change nothing.
+ALL_HOOKS = "all"
+KUBEGPU_CDI_HOOKS = ("create-symlinks", "update-ldcache")
+NVIDIA_CDI_HOOKS = (ALL_HOOKS, *KUBEGPU_CDI_HOOKS, "enable-cuda-compat", "disable-device-node-modification")
+NVIDIA_CDI_FEATURE_FLAGS = (
+    "enable-explicit-driver-libraries",
+    "disable-nvsandbox-utils",
+    "enable-coherent-annotations",
+)
+
+
+def cdi_flag_notes(disabled_hooks: tuple[str, ...], feature_flags: tuple[str, ...]) -> list[str]:
+    """What kubegpu says once about --cdi-disable-hooks and --cdi-feature-flags values it cannot act on."""
+    notes = []
+    unknown = [h for h in disabled_hooks if h not in NVIDIA_CDI_HOOKS]
+    if unknown:
+        notes.append(
+            f"--cdi-disable-hooks: {', '.join(unknown)} is not a hook name NVIDIA's CDI library knows "
+            f"({', '.join(NVIDIA_CDI_HOOKS)}); ignored, as NVIDIA ignores it"
+        )
+    if feature_flags:
+        notes.append(
+            f"--cdi-feature-flags={','.join(feature_flags)}: these switch features of NVIDIA's CDI library "
+            "(nvcdi), which kubegpu does not use: its own CDI specs are unchanged; drop the flag to silence "
+            "this"
+        )
+    return notes
 
 
 # GFD's Kubernetes client flags (NodeFeature API output). A QPS of 0 and a burst of 0 mean client-go's

@@ -7,11 +7,13 @@ themselves are declared in `kubegpu.settings.table`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
 from kubegpu.settings.given import FlagValue
 from kubegpu.settings.nvidia_config import Config
+from kubegpu.settings.schema import nested_model
 from kubegpu.settings.setting import PLUGIN
 from kubegpu.settings.table import for_command
 
@@ -32,7 +34,7 @@ def _set(config: Config, path: tuple[str, ...], value: Any) -> None:
     for key in path[:-1]:
         child = getattr(node, key)
         if child is None:
-            child = type(node).model_fields[key].annotation.__args__[0]()  # e.g. PluginFlags() for "plugin"
+            child = nested_model(type(node), key)()  # e.g. PluginFlags() for "plugin"
             setattr(node, key, child)
         node = child
     setattr(node, path[-1], value)
@@ -40,7 +42,7 @@ def _set(config: Config, path: tuple[str, ...], value: Any) -> None:
 
 def merge_flags(config: Config, flags: Mapping[str, FlagValue]) -> Config:
     """Apply NVIDIA's precedence to a parsed file: explicit flags win; defaults fill only unset keys."""
-    merged = config.model_copy(deep=True)
+    merged = copy.deepcopy(config)
     for spec in PLUGIN_SETTINGS:
         given = flags.get(spec.name)
         if not spec.path or given is None:

@@ -55,6 +55,8 @@ def _given(setting: Setting, cli: CliValue, environ: Mapping[str, str]) -> FlagV
     if found is None:
         return default_value(setting)
     name, text = found
+    if text == "" and setting.empty_env == "value":
+        return FlagValue(text, True, name)  # "" is a meaningful value here (e.g. "turn it off")
     if text == "":  # GFD's urfave/cli rule (empty_env="urfave")
         if setting.kind == "duration":
             return default_value(setting)  # ignored

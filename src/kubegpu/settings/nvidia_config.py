@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import difflib
 import functools
-import typing
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from typing import TYPE_CHECKING
 
 from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.settings.goduration import format_go_duration
 from kubegpu.settings.gotext import preview
-from kubegpu.settings.goyaml import GoYamlError, TooManyNodes
-from kubegpu.settings.goyaml import load as load_yaml
 from kubegpu.settings.nvidia_decode import CONFIG, Decoded, decode_config
 from kubegpu.settings.nvidia_sharing import Imex, ReplicatedDevices, Resources, Sharing
+from kubegpu.settings.schema import Problem, build, checked, field_paths, nested
+
+if TYPE_CHECKING:
+    from kubegpu.settings.goyaml import GoYamlError
 
 # A ConfigMap holds at most 1 MiB (Kubernetes' MaxSecretSize, which ConfigMap validation also applies), and
 # the config reaches the plugin through one: anything larger is not the config.
@@ -40,12 +40,21 @@ class ConfigError(ValueError):
         self.problems: list[str] = list(problems) or [message]
 
 
-class _Model(BaseModel):
-    # Unknown keys never get here: nvidia_decode drops them (as NVIDIA ignores them) and lists them.
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+def _positive_interval(value: int | None) -> int | None:
+    # NVIDIA parses a negative or zero interval and GFD then relabels without pause, rewriting its file
+    # as fast as it can; kubegpu refuses it here, so the plugin, GFD and `config check` agree.
+    if value is not None and value <= 0:
+        raise ValueError(
+            f"sleepInterval {format_go_duration(value)} is not positive: GFD would relabel without "
+            "pause; use a duration such as 60s, or infinite"
+        )
+    return value
 
 
-class PluginFlags(_Model):
+# Unknown keys never get here: nvidia_decode drops them (as NVIDIA ignores them) and lists them; it has
+# also typed every value (deviceListStrategy is a list of strings), so the classes only hold them.
+@dataclass
+class PluginFlags:
     passDeviceSpecs: bool | None = None
     deviceListStrategy: list[str] | None = None
     deviceIDStrategy: str | None = None
@@ -54,40 +63,20 @@ class PluginFlags(_Model):
     containerDriverRoot: str | None = None
     sharedDevicesAllocationPolicy: str | None = None
 
-    @field_validator("deviceListStrategy", mode="before")
-    @classmethod
-    def _string_or_list(cls, raw: Any) -> Any:
-        # NVIDIA accepts "envvar" or ["envvar", "cdi-annotations"]; anything else is its exact error.
-        if raw is None:
-            return None
-        if isinstance(raw, str):
-            return [raw]
-        if isinstance(raw, list) and all(isinstance(s, str) for s in raw):
-            return raw
-        raise ValueError(f"invalid deviceListStrategy: {raw}")
 
-
-class GfdFlags(_Model):
+@dataclass
+class GfdFlags:
     oneshot: bool | None = None
     noTimestamp: bool | None = None
-    sleepInterval: int | None = None  # nanoseconds (NVIDIA's Duration); INFINITE for "infinite"
+    sleepInterval: int | None = field(
+        default=None, metadata=checked(_positive_interval)
+    )  # nanoseconds; INFINITE for "infinite"
     outputFile: str | None = None
     machineTypeFile: str | None = None
 
-    @field_validator("sleepInterval")
-    @classmethod
-    def _positive(cls, value: int | None) -> int | None:
-        # NVIDIA parses a negative or zero interval and GFD then relabels without pause, rewriting its file
-        # as fast as it can; kubegpu refuses it here, so the plugin, GFD and `config check` agree.
-        if value is not None and value <= 0:
-            raise ValueError(
-                f"sleepInterval {format_go_duration(value)} is not positive: GFD would relabel without "
-                "pause; use a duration such as 60s, or infinite"
-            )
-        return value
 
-
-class Flags(_Model):
+@dataclass
+class Flags:
     migStrategy: str | None = None
     failOnInitError: bool | None = None
     mpsRoot: str | None = None
@@ -98,18 +87,19 @@ class Flags(_Model):
     mofedEnabled: bool | None = None
     useNodeFeatureAPI: bool | None = None
     deviceDiscoveryStrategy: str | None = None
-    plugin: PluginFlags | None = None
-    gfd: GfdFlags | None = None
+    plugin: PluginFlags | None = field(default=None, metadata=nested(PluginFlags))
+    gfd: GfdFlags | None = field(default=None, metadata=nested(GfdFlags))
 
 
-class Config(_Model):
+@dataclass
+class Config:
     """NVIDIA's v1 config file."""
 
     version: str | None = "v1"
-    flags: Flags = Flags()
-    resources: Resources | None = None
-    sharing: Sharing | None = None
-    imex: Imex | None = None
+    flags: Flags = field(default_factory=Flags, metadata=nested(Flags))
+    resources: Resources | None = field(default=None, metadata=nested(Resources))
+    sharing: Sharing | None = field(default=None, metadata=nested(Sharing))
+    imex: Imex | None = field(default=None, metadata=nested(Imex))
 
 
 def load_config_file(path: str | Path) -> tuple[Config, list[str]]:
@@ -128,6 +118,10 @@ def load_config_file(path: str | Path) -> tuple[Config, list[str]]:
 
 def parse_config_text(text: str, source: str = "<config>") -> tuple[Config, list[str]]:
     """NVIDIA's parse of the config text (see the module docstring). Raises ConfigError."""
+    # Here, not at the top: a daemon without a config file never loads the YAML reader (about 2 MB).
+    from kubegpu.settings.goyaml import GoYamlError
+    from kubegpu.settings.goyaml import load as load_yaml
+
     try:
         document = load_yaml(text)
     except GoYamlError as err:
@@ -149,32 +143,37 @@ def parse_config_text(text: str, source: str = "<config>") -> tuple[Config, list
             f"unable to parse config file: error parsing config file: unknown version: {version}"
         )
     raw = {**raw, "version": "v1"}
-    try:
-        config = Config.model_validate(raw)
-    except ValidationError as err:
-        problems = _describe(err)
-        raise ConfigError(f"invalid config file {source}: {'; '.join(problems)}", problems) from err
+    failures: list[Problem] = []
+    config = build(Config, raw, failures)
+    if config is None:
+        problems = [_describe(p) for p in failures]
+        raise ConfigError(f"invalid config file {source}: {'; '.join(problems)}", problems)
     return config, key_warnings(decoded)
 
 
+# NVIDIA's wrapping of go-yaml's errors: its config loader, parseConfigFrom, then sigs.k8s.io/yaml.
+YAML_ERROR_PREFIX = (
+    "unable to parse config file: error parsing config file: unmarshal error: error converting YAML to JSON: "
+)
+
+
 def _yaml_problem(err: GoYamlError, source: str) -> str:
-    where = f" (at line {err.line}, column {err.column} of {source})" if err.line else ""
+    """NVIDIA's text byte for byte, then where (go-yaml's line is often one off) and what to do."""
+    from kubegpu.settings.goyaml import TooManyNodes
+
+    where = f"at line {err.line}, column {err.column} of {source}" if err.line else f"in {source}"
     if isinstance(err, TooManyNodes):
         fix = "a device plugin config has a few hundred; check that this is the config file"
     elif "alias" in str(err) or "anchor" in str(err):
         fix = "write the values out instead of nesting anchors and aliases"
     else:
         fix = "fix the YAML there (indentation, a missing ':' or an unclosed quote or bracket)"
-    return f"unable to parse config file {source}: error parsing config file: {err}{where}; {fix}"
+    return f"{YAML_ERROR_PREFIX}{err} ({where}; {fix})"
 
 
-def _describe(err: ValidationError) -> list[str]:
-    parts = []
-    for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {msg} (got {preview(e.get('input'))})")
-    return parts
+def _describe(problem: Problem) -> str:
+    where = ".".join(str(p) for p in problem.loc)
+    return f"{where}: {problem.message} (got {preview(problem.value)})"
 
 
 def key_warnings(decoded: Decoded) -> list[str]:
@@ -196,21 +195,7 @@ def key_warnings(decoded: Decoded) -> list[str]:
 
 @functools.cache
 def _known_paths() -> dict[str, list[str]]:
-    return _schema_paths(Config)
-
-
-def _schema_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[str]]:
-    """Every key the schema knows, by name, with the dotted paths where it belongs."""
-    out: dict[str, list[str]] = {}
-    for name, info in model.model_fields.items():
-        out.setdefault(name, []).append(prefix + name)
-        for arg in typing.get_args(info.annotation) or (info.annotation,):
-            inner = typing.get_args(arg)[0] if typing.get_origin(arg) is list else arg
-            if isinstance(inner, type) and issubclass(inner, BaseModel):
-                sub = prefix + name + ("[]." if typing.get_origin(arg) is list else ".")
-                for key, paths in _schema_paths(inner, sub).items():
-                    out.setdefault(key, []).extend(paths)
-    return out
+    return field_paths(Config)
 
 
 @functools.lru_cache(maxsize=1024)  # bounded: keys come from files, reload after reload

@@ -2,7 +2,7 @@
 
 `goyaml` gives the JSON-able value sigs.k8s.io/yaml hands to encoding/json. This module types it the way
 NVIDIA's Go types (api/config/v1: config.go, flags.go, sharing.go, replicas.go, resources.go, imex.go,
-duration.go) and encoding/json do, and returns it with canonical keys for the pydantic model to check
+duration.go) and encoding/json do, and returns it with canonical keys for the config's classes to check
 NVIDIA's rules. What it settles, as NVIDIA does:
 
 - a bool field takes `true`/`false` only (YAML 1.1's `yes`/`on` are booleans already; `"true"` is a
@@ -28,11 +28,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.settings.goduration import parse_sleep_interval
 from kubegpu.settings.gotext import go_format_float32_g, go_json_number, preview
-from kubegpu.settings.goyaml import Document
+
+if TYPE_CHECKING:  # goyaml (and PyYAML under it) loads only when a config file is parsed
+    from kubegpu.settings.goyaml import Document
 
 # --- the types -------------------------------------------------------------------------------------------
 
@@ -226,7 +228,13 @@ def _value(raw: Any, go_type: GoType, at: _At) -> Any:
             at.reaches_json(raw)
             at.type_error(raw, go_type.go)
             return None
-        return [_value(item, go_type.elem, at.child(i)) for i, item in enumerate(raw)]
+        elem = go_type.elem
+        if isinstance(elem, GoScalar):  # encoding/json leaves a null element at its zero value: [null] is [0]
+            return [
+                typed(item, elem, at.child(i)) if item is None else _value(item, elem, at.child(i))
+                for i, item in enumerate(raw)
+            ]
+        return [_value(item, elem, at.child(i)) for i, item in enumerate(raw)]
     if not isinstance(raw, dict):
         at.reaches_json(raw)
         at.type_error(raw, go_type.go)

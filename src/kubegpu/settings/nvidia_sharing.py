@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
-
 from kubegpu.settings.nvidia_decode import go_json
+from kubegpu.settings.schema import checked, nested
 
 RESOURCE_PREFIX = "nvidia.com"
 MAX_RESOURCE_NAME = 63
@@ -65,10 +65,10 @@ def valid_device_reference(text: str) -> bool:
     return False
 
 
-class ReplicatedDevices(BaseModel):
+@dataclass(frozen=True)
+class ReplicatedDevices:
     """`devices:` of a shared resource: "all", a count, or a list of indices/UUIDs."""
 
-    model_config = ConfigDict(frozen=True)
     all: bool = False
     count: int | None = None
     ids: tuple[str, ...] = ()
@@ -109,20 +109,16 @@ def _device_reference(item: Any) -> str:
     raise ValueError(f"unsupported type for device in devices list: {text}, string")
 
 
-class ReplicatedResource(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+@dataclass
+class ReplicatedResource:
     name: str | None = None
     rename: str | None = None
-    devices: ReplicatedDevices = ReplicatedDevices(all=True)
+    devices: ReplicatedDevices = field(
+        default=ReplicatedDevices(all=True), metadata=checked(ReplicatedDevices.parse)
+    )
     replicas: int | None = None
 
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _devices(cls, raw: Any) -> ReplicatedDevices:
-        return ReplicatedDevices.parse(raw)
-
-    @model_validator(mode="after")
-    def _check(self) -> ReplicatedResource:
+    def __post_init__(self) -> None:
         # NVIDIA reads a present key even when empty or null: `name: ""` is a bad name, not a missing one.
         if self.name is None:
             raise ValueError("no resource name specified")
@@ -133,36 +129,35 @@ class ReplicatedResource(BaseModel):
             raise ValueError("no replicas specified")
         if self.replicas < 2:
             raise ValueError("number of replicas must be >= 2")
-        return self
 
 
-class SharingStrategy(BaseModel):
+@dataclass
+class SharingStrategy:
     """`sharing.timeSlicing` or `sharing.mps`."""
 
-    model_config = ConfigDict(extra="ignore")
     renameByDefault: bool = False
     failRequestsGreaterThanOne: bool | None = None
-    resources: list[ReplicatedResource] | None = None
+    resources: list[ReplicatedResource] | None = field(
+        default=None, metadata=nested(ReplicatedResource, many=True)
+    )
 
-    @model_validator(mode="after")
-    def _check(self) -> SharingStrategy:
+    def __post_init__(self) -> None:
         if not self.resources:
             raise ValueError("no resources specified")
         if self.renameByDefault:
             for r in self.resources:
                 if not r.rename:
                     r.rename = f"{r.name}.shared"
-        return self
 
     @property
     def active(self) -> bool:
         return any((r.replicas or 0) > 1 for r in self.resources or ())
 
 
-class Sharing(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    timeSlicing: SharingStrategy | None = None
-    mps: SharingStrategy | None = None
+@dataclass
+class Sharing:
+    timeSlicing: SharingStrategy | None = field(default=None, metadata=nested(SharingStrategy))
+    mps: SharingStrategy | None = field(default=None, metadata=nested(SharingStrategy))
 
     def strategy(self) -> tuple[str, SharingStrategy | None]:
         """NVIDIA's resolution: MPS if it has replicas, else time-slicing if it has, else none."""
@@ -173,39 +168,36 @@ class Sharing(BaseModel):
         return "none", None
 
 
-class ResourcePattern(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+@dataclass
+class ResourcePattern:
     pattern: str | None = None
     name: str | None = None
 
-    @model_validator(mode="after")
-    def _check(self) -> ResourcePattern:
+    def __post_init__(self) -> None:
         if self.pattern is None:
             raise ValueError("resources must have a 'pattern' field set")
         if self.name is None:
             raise ValueError("resources must have a 'name' field set")
         self.name = resource_name(self.name)
-        return self
 
 
-class Resources(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    gpus: list[ResourcePattern] = []
-    mig: list[ResourcePattern] = []
+@dataclass
+class Resources:
+    gpus: list[ResourcePattern] = field(default_factory=list, metadata=nested(ResourcePattern, many=True))
+    mig: list[ResourcePattern] = field(default_factory=list, metadata=nested(ResourcePattern, many=True))
 
 
-class Imex(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    channelIDs: list[int] | None = None
+def _imex_channel_ids(ids: list[int] | None) -> list[int] | None:
+    # Checked here so a bad file fails at parse time; the startup text is NVIDIA's.
+    if ids not in (None, [], [0]):
+        raise ValueError(
+            "invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; "
+            f"found [{' '.join(str(i) for i in ids or [])}]"
+        )
+    return ids
+
+
+@dataclass
+class Imex:
+    channelIDs: list[int] | None = field(default=None, metadata=checked(_imex_channel_ids))
     required: bool | None = None
-
-    @field_validator("channelIDs")
-    @classmethod
-    def _only_zero(cls, ids: list[int] | None) -> list[int] | None:
-        # Checked here so a bad file fails at parse time; the startup text is NVIDIA's.
-        if ids not in (None, [], [0]):
-            raise ValueError(
-                "invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; "
-                f"found [{' '.join(str(i) for i in ids or [])}]"
-            )
-        return ids

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubegpu.settings.choices import (
+    AUTO_DISCOVERY,
+    DEVICE_DISCOVERY_STRATEGIES,
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,
     DISTRIBUTED,
     MIG_STRATEGIES,
     SHARED_ALLOCATION_POLICIES,
+    cdi_flag_notes,
+    discovery_strategy_note,
 )
+from kubegpu.settings.dra_selection import NO_GPUS, GpuSelection
 from kubegpu.settings.env import DaemonEnv
 from kubegpu.settings.flags import PLUGIN_SETTINGS, merge_flags
 from kubegpu.settings.given import FlagValue, value_of
@@ -27,6 +33,7 @@ from kubegpu.settings.nvidia_config import (
 )
 from kubegpu.settings.nvidia_sharing import SharingStrategy
 from kubegpu.settings.report import Effective, effective, render_block
+from kubegpu.settings.schema import dump
 from kubegpu.settings.setting import PLUGIN
 from kubegpu.settings.table import lookup
 
@@ -45,6 +52,10 @@ class PluginSettings:
     http_address: str = ""
     pod_resources_socket: str = ""
     health_grace_s: float = 60.0
+    dra_gpus: GpuSelection = NO_GPUS  # left to `kubegpu dra`: never served by the plugin
+    # NVIDIA's --cdi-disable-hooks and --cdi-feature-flags (no config key, as in NVIDIA's).
+    cdi_disable_hooks: tuple[str, ...] = ()
+    cdi_feature_flags: tuple[str, ...] = ()
     env: DaemonEnv = field(default_factory=DaemonEnv.default)
     # Every setting outside the config file with its value and source, for the start-up log.
     effective: tuple[Effective, ...] = ()
@@ -68,7 +79,7 @@ class PluginSettings:
         return self.config.sharing.strategy()
 
     def log_json(self) -> str:
-        return self.config.model_dump_json(indent=2, exclude_none=True)
+        return json.dumps(dump(self.config), indent=2, ensure_ascii=False)
 
     def log_settings(self) -> str:
         return render_block(self.effective)
@@ -93,6 +104,9 @@ def validate(settings: PluginSettings) -> None:
         problems.append(
             f"invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; found [{found}]"
         )
+    discovery = flags.deviceDiscoveryStrategy or AUTO_DISCOVERY
+    if discovery not in DEVICE_DISCOVERY_STRATEGIES:
+        problems.append(f"invalid --device-discovery-strategy option {discovery}")
     mig = flags.migStrategy or "none"
     if mig not in MIG_STRATEGIES:
         problems.append(f"unknown MIG strategy: {mig}")
@@ -130,17 +144,27 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
     apply_sharing_defaults(merged)
     if warnings and flag_enabled(flags, "strict-config"):
         raise ConfigError("strict config: " + "; ".join(warnings), [f"strict config: {w}" for w in warnings])
+    # Notes on NVIDIA's values kubegpu accepts but does otherwise: said once, never a strict-config error.
+    hooks = tuple(_value(flags, "cdi-disable-hooks"))
+    features = tuple(_value(flags, "cdi-feature-flags"))
+    notes = cdi_flag_notes(hooks, features)
+    strategy = merged.flags.deviceDiscoveryStrategy or AUTO_DISCOVERY
+    if note := discovery_strategy_note(strategy, "are not advertised"):
+        notes.insert(0, note)
     settings = PluginSettings(
         config=merged,
         kubelet_socket=str(_value(flags, "kubelet-socket")),
         config_file=config_file,
-        warnings=tuple(warnings),
+        warnings=(*warnings, *notes),
         allow_customization=flag_enabled(flags, "allow-resource-customization"),
         mps_client_limits=bool(_value(flags, "mps-client-limits")),
         http_port=int(_value(flags, "http-port")),
         http_address=str(_value(flags, "http-address")),
         pod_resources_socket=str(_value(flags, "pod-resources-socket")),
         health_grace_s=float(_value(flags, "health-grace-period")),
+        dra_gpus=_value(flags, "dra-gpus"),
+        cdi_disable_hooks=hooks,
+        cdi_feature_flags=features,
         env=DaemonEnv.from_given(flags),
         effective=effective(PLUGIN_SETTINGS, flags),
     )

@@ -15,15 +15,16 @@ from typing import Any, Literal
 # str: any text. path: a non-empty path. bool: Go's strconv.ParseBool. list: comma list (repeatable: also
 # whitespace-separated and repeated flags). int / float / seconds: a finite number within the bounds.
 # duration: a Go duration or "infinite" (GFD). xids: NVIDIA's comma list of XIDs or "all" (malformed
-# entries are logged and skipped, as NVIDIA does).
-Kind = Literal["str", "path", "bool", "list", "int", "float", "seconds", "duration", "xids"]
+# entries are logged and skipped, as NVIDIA does). gpus: which GPUs go to DRA (`settings.dra_selection`).
+Kind = Literal["str", "path", "bool", "list", "int", "float", "seconds", "duration", "xids", "gpus"]
 # Whose name and meaning the setting has: NVIDIA's (same spelling, default and errors as NVIDIA's binaries)
 # or kubegpu's own (KUBEGPU_*).
 Owner = Literal["nvidia", "kubegpu"]
 # How an env var set to "" counts. "unset": as if it were not there (the next env var, else the default).
 # "urfave": GFD's urfave/cli rule: the first env var present wins even when empty; "" is false for a
-# boolean, is ignored for a duration and is the value itself for text.
-EmptyEnv = Literal["unset", "urfave"]
+# boolean, is ignored for a duration and is the value itself for text. "value": "" is the value itself
+# (a text setting whose help says "" turns something off).
+EmptyEnv = Literal["unset", "urfave", "value"]
 
 # The commands that take settings, as a user types them after `kubegpu`.
 PLUGIN = "plugin"
@@ -34,7 +35,10 @@ LABELS = "labels"
 CONFIG_MANAGER = "config-manager"
 FAKE_NVML_INJECT = "fake-nvml inject"
 DOCTOR = "doctor"
-COMMANDS = (PLUGIN, CONFIG_CHECK, MPS_DAEMON, MPS_MOUNT_SHM, LABELS, CONFIG_MANAGER, FAKE_NVML_INJECT, DOCTOR)
+DRA = "dra"
+COMMANDS = (
+    PLUGIN, CONFIG_CHECK, MPS_DAEMON, MPS_MOUNT_SHM, LABELS, CONFIG_MANAGER, FAKE_NVML_INJECT, DOCTOR, DRA
+)  # fmt: skip
 
 ONE_DAY_S = 86_400.0
 

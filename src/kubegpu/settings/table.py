@@ -26,6 +26,7 @@ from kubegpu.settings.choices import (
     DEFAULT_PROCESS_TO_SIGNAL,
     DEFAULT_SLEEP_INTERVAL,
     DEFAULT_SYSFS_ROOT,
+    DEVICE_DISCOVERY_STRATEGIES,
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,
     DISTRIBUTED,
@@ -34,11 +35,13 @@ from kubegpu.settings.choices import (
     MPS_CONTAINER_ROOT,
     SHARED_ALLOCATION_POLICIES,
 )
+from kubegpu.settings.dra_selection import NO_GPUS
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.setting import (
     CONFIG_CHECK,
     CONFIG_MANAGER,
     DOCTOR,
+    DRA,
     FAKE_NVML_INJECT,
     LABELS,
     MPS_DAEMON,
@@ -63,7 +66,9 @@ _PLUGIN = (PLUGIN, CONFIG_CHECK)
 # devices: a plugin that honours `rename`/`devices` must find its daemons under the same names.
 _PLUGIN_AND_MPS = (*_PLUGIN, MPS_DAEMON)
 # Every command that talks to NVML.
-_NVML = (*_PLUGIN, MPS_DAEMON, LABELS, DOCTOR)
+_NVML = (*_PLUGIN, MPS_DAEMON, LABELS, DOCTOR, DRA)
+# The health thread's settings: the plugin's, which the DRA driver shares (same XID catalog and recovery).
+_HEALTH = (*_PLUGIN, DRA)
 
 
 def _channel_ids(values: Sequence[str]) -> list[int]:
@@ -158,14 +163,27 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mps-root", ("MPS_ROOT",), "", "str",
             "Host directory of the MPS control daemons' pipes and shm (required when MPS sharing is on).",
             "nvidia", _PLUGIN, path=("flags", "mpsRoot")),
+    Setting("device-discovery-strategy", ("DEVICE_DISCOVERY_STRATEGY",), AUTO_DISCOVERY, "str",
+            "How GPUs are found: auto, nvml or tegra (NVIDIA's choices); kubegpu uses NVML for all and says "
+            "so once for tegra.",
+            "nvidia", _PLUGIN, path=("flags", "deviceDiscoveryStrategy"),
+            choices=DEVICE_DISCOVERY_STRATEGIES),
+    Setting("cdi-disable-hooks", ("CDI_DISABLE_HOOKS",), (), "list",
+            "Hooks to leave out of the generated CDI specs (comma list): create-symlinks, update-ldcache, or "
+            "all; NVIDIA's other hook names are accepted (kubegpu writes only these two).",
+            "nvidia", _PLUGIN),
+    Setting("cdi-feature-flags", ("CDI_FEATURE_FLAGS",), (), "list",
+            "Feature flags of NVIDIA's CDI library (comma list). Accepted; kubegpu writes its own specs, "
+            "which these do not change, and says so once.",
+            "nvidia", _PLUGIN),
     # --- the plugin: NVIDIA's env vars (read directly, not flags) ----------------------------------------
     Setting("disable-healthchecks", (DISABLE_HEALTHCHECKS_ENV,), "", "xids",
             "XIDs not to act on (comma list), added to the default 13, 31, 43, 45, 68, 109; all (or xids) "
             "turns every XID off.",
-            "nvidia", _PLUGIN, flag=False),
+            "nvidia", _HEALTH, flag=False),
     Setting("enable-healthchecks", (ENABLE_HEALTHCHECKS_ENV,), "", "xids",
             "XIDs to act on even when ignored by default or by DP_DISABLE_HEALTHCHECKS (comma list), or all.",
-            "nvidia", _PLUGIN, flag=False),
+            "nvidia", _HEALTH, flag=False),
     # --- the plugin: kubegpu's flags (opt-ins beyond NVIDIA's behaviour) ----------------------------------
     Setting("allow-resource-customization", ("KUBEGPU_ALLOW_RESOURCE_CUSTOMIZATION",), False, "bool",
             "Honour `resources` and the `rename`/`devices` of shared resources (NVIDIA ignores them).",
@@ -178,6 +196,10 @@ SETTINGS: tuple[Setting, ...] = (
             "kubegpu", _PLUGIN),
     Setting("pod-resources-socket", ("KUBEGPU_POD_RESOURCES_SOCKET",), DEFAULT_POD_RESOURCES_SOCKET, "str",
             'The kubelet\'s PodResources API, for the which-pod-holds-which-GPU metric; "" turns it off.',
+            "kubegpu", _PLUGIN, empty_env="value"),
+    Setting("dra-gpus", ("KUBEGPU_DRA_GPUS",), NO_GPUS, "gpus",
+            "GPUs served through DRA by `kubegpu dra`, which this plugin leaves out (with their MIG devices "
+            "and replicas): all, none, or a comma list of indices and GPU UUIDs.",
             "kubegpu", _PLUGIN),
     _seconds("health-grace-period", "KUBEGPU_HEALTH_GRACE_SECONDS", 60.0,
              "Seconds a resource may stay unregistered (start, kubelet restart) before /healthz fails.",
@@ -192,16 +214,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("health-recovery", ("KUBEGPU_HEALTH_RECOVERY",), True, "bool",
             "Bring a GPU with a reset-class XID back to Healthy once recovery probes pass; false keeps "
             "NVIDIA's sticky Unhealthy.",
-            "kubegpu", _PLUGIN, flag=False),
+            "kubegpu", _HEALTH, flag=False),
     _seconds("recovery-quiet-seconds", "KUBEGPU_RECOVERY_QUIET_SECONDS", 60.0,
              "Seconds without a critical XID before recovery probes may bring a GPU back.",
-             _PLUGIN, positive=False, flag=False),
+             _HEALTH, positive=False, flag=False),
     _seconds("health-probe-seconds", "KUBEGPU_HEALTH_PROBE_SECONDS", 5.0,
              "Seconds between health probes (a GPU lost without an event, recovery probes).",
-             _PLUGIN, positive=True, flag=False),
+             _HEALTH, positive=True, flag=False),
     Setting("xid-actions", (XID_ACTIONS_ENV,), None, "path",
             "A YAML file extending or overriding the XID catalog (src/kubegpu/node/xid_catalog.yaml).",
-            "kubegpu", _PLUGIN, flag=False),
+            "kubegpu", _HEALTH, flag=False),
     _seconds("discovery-retry-seconds", "KUBEGPU_DISCOVERY_RETRY_SECONDS", 30.0,
              "Seconds between rediscoveries while NVML or the GPUs are missing (failOnInitError=false).",
              _PLUGIN, positive=True, flag=False),
@@ -341,6 +363,40 @@ SETTINGS: tuple[Setting, ...] = (
             "base name) of the processes in /proc; NVIDIA's `nvidia-device-plugin` works too when the "
             "plugin runs under that name",
             "nvidia", (CONFIG_MANAGER,)),
+    # --- dra: NVIDIA's DRA driver flags (gpu-kubelet-plugin), same names, env vars and defaults ------------
+    Setting("node-name", ("NODE_NAME",), "", "str",
+            "The name of the node to be worked on (required; the downward API's spec.nodeName).",
+            "nvidia", (DRA,)),
+    Setting("cdi-root", ("CDI_ROOT",), Path("/etc/cdi"), "path",
+            "Absolute path to the directory where CDI files will be generated.",
+            "nvidia", (DRA,)),
+    Setting("kubelet-registrar-directory-path", ("KUBELET_REGISTRAR_DIRECTORY_PATH",),
+            Path("/var/lib/kubelet/plugins_registry"), "path",
+            "Absolute path to the directory where kubelet stores plugin registrations.",
+            "nvidia", (DRA,)),
+    Setting("kubelet-plugins-directory-path", ("KUBELET_PLUGINS_DIRECTORY_PATH",),
+            Path("/var/lib/kubelet/plugins"), "path",
+            "Absolute path to the directory where kubelet stores plugin data.",
+            "nvidia", (DRA,)),
+    Setting("kubeconfig", ("KUBECONFIG",), "", "str",
+            "Absolute path to a kubeconfig file; empty: the in-cluster config (the pod's service account).",
+            "nvidia", (DRA,)),
+    # --- dra: kubegpu's own -------------------------------------------------------------------------------
+    Setting("driver-name", ("KUBEGPU_DRA_DRIVER_NAME",), "gpu.nvidia.com", "str",
+            "The DRA driver name: ResourceSlices' spec.driver, the sockets' names, CEL's attribute domain "
+            "and the taint keys.",
+            "kubegpu", (DRA,)),
+    Setting("gpus", ("KUBEGPU_DRA_GPUS",), "all", "str",
+            "Which GPUs go to DRA: all, none, or GPU indices and UUIDs (comma list); leave the same GPUs "
+            "out of the device plugin with its --dra-gpus.",
+            "kubegpu", (DRA,)),
+    _seconds("lock-timeout", "KUBEGPU_DRA_LOCK_TIMEOUT_SECONDS", 10.0,
+             "Seconds Prepare/Unprepare wait for the node-wide lock another driver process holds (a "
+             "rolling update) before failing the call; the kubelet retries.",
+             (DRA,), positive=True, flag=False),
+    Setting("boot-id-file", ("KUBEGPU_DRA_BOOT_ID_FILE",), Path("/proc/sys/kernel/random/boot_id"), "path",
+            "Where the node's boot ID is read (the checkpoint forgets claims prepared before a reboot).",
+            "kubegpu", (DRA,), flag=False, hidden=True),
     # --- fake-nvml inject ---------------------------------------------------------------------------------
     Setting("state-dir", (FAKE_NVML_STATE_ENV,), None, "path",
             "The fake's state directory; must be the one the daemon uses.",

@@ -6,8 +6,9 @@ command line or in the environment. The errors say which flag or env var, the ba
     KUBEGPU_HEALTH_PROBE_SECONDS='inf' is not a valid number of seconds: use a finite number greater than 0,
     e.g. 5 (the default)
 
-NVIDIA's settings keep urfave/cli's wording (`could not parse "x" as bool value from environment variable
-"X" for flag x: ...`), which GFD's and the plugin's users know.
+NVIDIA's settings keep the words of NVIDIA's binaries, byte for byte: Go's flag package for the command
+line (`invalid value "10" for flag -sleep-interval: ...`), urfave/cli v2 for env vars (`could not parse
+"yes" as bool value from environment variable "FAIL_ON_INIT_ERROR" for flag fail-on-init-error: ...`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubegpu.settings.dra_selection import GpuSelectionError, parse_gpu_selection
 from kubegpu.settings.goduration import format_go_duration, parse_sleep_interval
 from kubegpu.settings.goparse import parse_bool, parse_list
+from kubegpu.settings.gotext import go_quote
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.setting import Setting
 
@@ -120,6 +123,7 @@ def _what(setting: Setting) -> str:
         "seconds": "number of seconds",
         "duration": "duration",
         "path": "path",
+        "gpus": "GPU selection",
     }.get(setting.kind, "value")
 
 
@@ -178,6 +182,11 @@ def _parse_kind(setting: Setting, text: str | Sequence[str]) -> Any:
         return parse_path(text)
     if setting.kind == "xids":
         return parse_xid_list(text)
+    if setting.kind == "gpus":
+        try:
+            return parse_gpu_selection(text)
+        except GpuSelectionError as err:
+            raise BadValue(err.fix) from None
     return text
 
 
@@ -195,10 +204,38 @@ def parse(setting: Setting, text: str | Sequence[str], origin: str) -> Any:
 def error_text(setting: Setting, text: str | Sequence[str], origin: str, fix: str) -> str:
     shown = text if isinstance(text, str) else ",".join(text)
     if setting.owner == "nvidia":
-        # urfave/cli's words, as NVIDIA's binaries print them
-        source = "the command line" if origin.startswith("-") else f"environment variable {origin!r}"
-        go_type = {"seconds": "float64", "float": "float64", "int": "int"}.get(setting.kind, setting.kind)
-        return f"could not parse {shown!r} as {go_type} value from {source} for flag {setting.name}: {fix}"
+        return _nvidia_error_text(setting, shown, origin, fix)
     default = default_text(setting)
     example = f", e.g. {default} (the default)" if default else ""
     return f"{origin}={shown!r} is not a valid {_what(setting)}: {fix}{example}"
+
+
+def _nvidia_error_text(setting: Setting, shown: str, origin: str, fix: str) -> str:
+    """NVIDIA's binaries' words: Go's flag package for the command line, urfave/cli v2 for env vars.
+
+    A bool is a cli.BoolFlag; --sleep-interval a cli.GenericFlag (it takes `infinite` too) whose parse
+    error is time.ParseDuration's.
+    """
+    quoted = go_quote(shown)
+    if setting.kind == "bool":
+        if origin.startswith("-"):
+            return f"invalid boolean value {quoted} for -{setting.name}: parse error"
+        reason = f"strconv.ParseBool: parsing {quoted}: invalid syntax"
+        source = _env_source(origin)
+        return f"could not parse {quoted} as bool value from {source} for flag {setting.name}: {reason}"
+    # A number Go's strconv refuses gets its words; one it takes but kubegpu's bounds refuse, kubegpu's fix.
+    syntax = {"int": (_INTEGER, "ParseInt"), "float": (_DECIMAL, "ParseFloat")}.get(setting.kind)
+    unparsable = syntax is not None and not syntax[0].fullmatch(shown)
+    if origin.startswith("-"):
+        return f"invalid value {quoted} for flag -{setting.name}: {'parse error' if unparsable else fix}"
+    if setting.kind == "duration":
+        return f"could not parse {quoted} from {_env_source(origin)} as value for flag {setting.name}: {fix}"
+    if syntax is not None and unparsable:
+        fix = f"strconv.{syntax[1]}: parsing {quoted}: invalid syntax"
+    go_type = {"seconds": "float64", "float": "float64", "int": "int"}.get(setting.kind, setting.kind)
+    source = _env_source(origin)
+    return f"could not parse {quoted} as {go_type} value from {source} for flag {setting.name}: {fix}"
+
+
+def _env_source(name: str) -> str:
+    return f"environment variable {go_quote(name)}"

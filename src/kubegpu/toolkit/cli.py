@@ -156,6 +156,9 @@ def lint_files(
     if namespace:
         for workload in manifests.workloads:
             workload.namespace = workload.namespace or namespace
+        for obj in manifests.dra:
+            if obj.kind in ("ResourceClaim", "ResourceClaimTemplate"):
+                obj.namespace = obj.namespace or namespace
     options = LintOptions()
     if snapshot_path or live is not None:
         with _collector_paused():
@@ -177,7 +180,7 @@ def lint_files(
             {
                 "findings": [f.to_json() for f in findings],
                 "summary": {
-                    "objects": len(manifests.workloads),
+                    "objects": len(manifests.workloads) + len(manifests.dra),
                     "documents": manifests.documents,
                     "errors": errors,
                     "warnings": warnings,
@@ -206,7 +209,8 @@ def lint_files(
         f"; skipped {sum(manifests.skipped.values())} object(s) of other kinds" if manifests.skipped else ""
     )
     out.print(
-        f"{len(manifests.workloads)} object(s) checked: {errors} error(s), {warnings} warning(s){skipped}."
+        f"{len(manifests.workloads) + len(manifests.dra)} object(s) checked: {errors} error(s), "
+        f"{warnings} warning(s){skipped}."
     )
     sys.exit(code)
 

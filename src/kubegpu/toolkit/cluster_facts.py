@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from kubegpu.common.k8s_names import is_extended_resource_name
 from kubegpu.toolkit import pod_requests as res
@@ -70,10 +71,13 @@ class ClusterFacts:
     runtime_classes: dict[str, str] = field(default_factory=dict)  # name -> handler
     plugin_runtime_class: str | None = None  # set when the plugin DaemonSet itself runs under one
     plugin_daemonset: str | None = None
+    nodes: list[Node] = field(default_factory=list)
+    # resource.k8s.io objects by kind, as the snapshot holds them; a kind is present when it was listed
+    dra: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, snap: Snapshot) -> ClusterFacts:
-        facts = cls()
+        facts = cls(nodes=list(snap.nodes), dra=snap.dra)
         for node in snap.nodes:
             amounts = res.node_amounts(allocatable(node) or capacity(node))
             for name, amount in amounts.items():

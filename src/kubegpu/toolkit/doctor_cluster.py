@@ -19,6 +19,7 @@ from kubegpu.toolkit.cluster_facts import ACCELERATOR_LABELS, PRESENT_LABELS, la
 from kubegpu.toolkit.doctor_plugin import check_plugin_daemonsets, plugin_daemonsets
 from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, listed, ordered
 from kubegpu.toolkit.model import Node, Pod, PodLite, condition, limits, node_ready, ref
+from kubegpu.toolkit.scheduling import filter_summary
 from kubegpu.toolkit.snapshot import Snapshot
 
 MAX_PENDING = 20
@@ -233,9 +234,7 @@ def _admission_findings(rejected: dict[str, list[str]]) -> Iterator[Finding]:
 def _pending_findings(pending: list[PodLite]) -> Iterator[Finding]:
     for pod in pending[:MAX_PENDING]:
         cond = condition(pod, "PodScheduled") if isinstance(pod, Pod) else None
-        said = (cond.message if cond and cond.message else "not yet tried by the scheduler").split(
-            " preemption:"
-        )[0]
+        said = filter_summary(cond.message) if cond and cond.message else "not yet tried by the scheduler"
         yield Finding(
             "pending-gpu-pods",
             WARN,

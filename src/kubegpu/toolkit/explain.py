@@ -1,6 +1,7 @@
 """`kubegpu explain`: why a GPU pod is Pending, and what would let it schedule.
 
-Runs the scheduler's filters (see `scheduling.py`) on every node, then asks counterfactual questions
+Runs the scheduler's filters (see `scheduling.py`) on every node, DynamicResources for a pod with DRA
+claims (`explain_dra`), then asks counterfactual questions
 per node: would it fit with N GPUs freed, with its unhealthy GPUs back, with a toleration, with a
 different selector, uncordoned? Fragmentation is measured cluster-wide per request size.
 
@@ -10,8 +11,9 @@ The fixes are worked out in `explain_fixes`; what is reported, in `explain_repor
 from __future__ import annotations
 
 from kubegpu.toolkit import pod_requests as res
+from kubegpu.toolkit.explain_dra import DraExplanation, dra_filter
 from kubegpu.toolkit.explain_fixes import fixes
-from kubegpu.toolkit.explain_report import Explanation, FragmentationRow, GpuCount, NodeVerdict, pool_of
+from kubegpu.toolkit.explain_report import Explanation, Fix, FragmentationRow, GpuCount, NodeVerdict, pool_of
 from kubegpu.toolkit.model import Pod, condition, node_ready, ref
 from kubegpu.toolkit.scheduling import (
     NODE_RESOURCES_FIT,
@@ -20,6 +22,7 @@ from kubegpu.toolkit.scheduling import (
     PodQuery,
     node_states,
     run_filters,
+    same_summary,
 )
 from kubegpu.toolkit.snapshot import Snapshot
 
@@ -138,6 +141,7 @@ def explain(snapshot: Snapshot, pod: Pod) -> Explanation:
     query = PodQuery.of(pod)
     gpu_names = res.gpu_names(query.requests)
     outcome = run_filters(query, states)
+    dra = dra_filter(snapshot, pod, outcome, {name: state.node for name, state in states.items()})
     recorded = condition(pod, "PodScheduled")
     recorded_message = recorded.message if recorded and recorded.status == "False" else None
     if recorded_message is None:  # older snapshots, or one with `events` added to the kubectl command
@@ -145,7 +149,7 @@ def explain(snapshot: Snapshot, pod: Pod) -> Explanation:
     phase = pod.status.phase or "Pending"
     status, notes = _status(pod, phase, outcome)
     message = outcome.message
-    if recorded_message and message and recorded_message.split(" preemption:")[0].strip() != message:
+    if recorded_message and message and not same_summary(recorded_message, message):
         notes.append(
             "the scheduler's last recorded message differs from what the snapshot gives now; the cluster "
             "has changed since that attempt."
@@ -161,7 +165,23 @@ def explain(snapshot: Snapshot, pod: Pod) -> Explanation:
         recorded_message=recorded_message,
         feasible_nodes=list(outcome.feasible),
         nodes=_verdicts(states, outcome, gpu_names),
-        fixes=fixes(query, states, outcome, gpu_names) if not outcome.feasible else [],
+        fixes=(fixes(query, states, outcome, gpu_names) + dra_fixes(dra)) if not outcome.feasible else [],
         fragmentation={n: fragmentation(states, n) for n in gpu_names},
-        notes=notes,
+        notes=notes + (dra.notes if dra else []),
+        dra=dra,
     )
+
+
+def dra_fixes(dra: DraExplanation | None) -> list[Fix]:
+    """The DRA analogue of freeing GPUs: nodes where the claims fit once other claims release devices."""
+    if dra is None or not dra.free_to_fit:
+        return []
+    where = ", ".join(f"{r['node']} (held by {', '.join(r['held_by'])})" for r in dra.free_to_fit[:10])
+    return [
+        Fix(
+            "free-devices",
+            f"the pod's claims fit on {len(dra.free_to_fit)} node(s) once the claims holding devices there "
+            f"are released (their pods finish or are deleted): {where}",
+            dra.free_to_fit,
+        )
+    ]

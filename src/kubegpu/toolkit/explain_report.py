@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.toolkit.model import Node
+
+if TYPE_CHECKING:
+    from kubegpu.toolkit.explain_dra import DraExplanation
 
 POOL_LABELS = (
     "pool",
@@ -82,6 +85,7 @@ class Explanation:
     fixes: list[Fix]
     fragmentation: dict[str, list[FragmentationRow]]
     notes: list[str]
+    dra: DraExplanation | None = None  # the pod's DRA claims, node by node
 
     @property
     def exit_code(self) -> int:
@@ -121,5 +125,6 @@ class Explanation:
             "fixes": [asdict(f) for f in self.fixes],
             "fragmentation": {n: [asdict(r) for r in rows] for n, rows in self.fragmentation.items()},
             "notes": self.notes,
+            "dra": self.dra.to_json() if self.dra else None,
             "exit_code": self.exit_code,
         }

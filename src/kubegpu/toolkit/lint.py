@@ -5,13 +5,15 @@ API server, never schedule, or fail at admission; "warning" means it runs but no
 Rules marked (snapshot) need `--snapshot`, a dump of the target cluster.
 
 The rules and their findings are in `lint_rules`; the per-container rules in `lint_containers`, the
-workload's pod counts in `lint_workload`, the snapshot rules in `lint_cluster`.
+workload's pod counts in `lint_workload`, the snapshot rules in `lint_cluster`, the rules for DRA claims,
+templates, classes and the pods that use them in `lint_dra`.
 """
 
 from __future__ import annotations
 
 from kubegpu.toolkit.lint_cluster import check_cluster
 from kubegpu.toolkit.lint_containers import check_container
+from kubegpu.toolkit.lint_dra import check_dra
 from kubegpu.toolkit.lint_rules import ERROR, RULES, Finding, LintContext, LintOptions, all_containers
 from kubegpu.toolkit.lint_workload import check_counts
 from kubegpu.toolkit.manifests import Manifests, path_text
@@ -47,6 +49,7 @@ def lint(manifests: Manifests, options: LintOptions | None = None) -> list[Findi
             check_container(ctx, group, index, c)
         if options.cluster is not None:
             check_cluster(ctx)
+    check_dra(manifests, options.cluster, findings)
     findings.sort(key=lambda f: (f.file, f.doc, f.line or 0, f.rule))
     return findings
 

@@ -81,6 +81,28 @@ RULES = {
             ERROR,
             "replicas, parallelism or completions is not a whole number of 0 or more",
         ),
+        Rule("KG017", "dra-cel-invalid", ERROR, "a DRA selector (claim, template or class) does not compile"),
+        Rule(
+            "KG018",
+            "dra-unpublished-attribute",
+            ERROR,
+            "a DRA selector reads an attribute the driver does not publish (index, minor, typos)",
+        ),
+        Rule(
+            "KG019",
+            "dra-unknown-device-class",
+            ERROR,
+            "a DRA request names a DeviceClass that does not exist (a warning without --snapshot)",
+        ),
+        Rule(
+            "KG020", "dra-exceeds-any-node", ERROR, "a DRA request wants more devices than any node has", True
+        ),
+        Rule(
+            "KG021",
+            "dra-claim-reference",
+            ERROR,
+            "a pod names a claim, template or request that does not exist",
+        ),
     )
 }
 

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from kubegpu.toolkit.dra_facts import DRA_KINDS
 from kubegpu.toolkit.model import PodSpec
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -104,6 +105,25 @@ class Workload:
 
 
 @dataclass
+class DraObject:
+    """A resource.k8s.io object (ResourceClaim, ResourceClaimTemplate, DeviceClass, ResourceSlice) as
+    written, for the DRA rules."""
+
+    source: Source
+    kind: str
+    name: str
+    namespace: str
+    api_version: str
+    object_path: Path
+    obj: dict[str, Any]
+
+    @property
+    def ref(self) -> str:
+        ns = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind}/{ns}{self.name}"
+
+
+@dataclass
 class Problem:
     """A document that could not be read as Kubernetes objects."""
 
@@ -118,6 +138,7 @@ class Problem:
 class Manifests:
     workloads: list[Workload] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    dra: list[DraObject] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # other kinds, counted
     documents: int = 0
 
@@ -137,6 +158,22 @@ def _walk(obj: Any, source: Source, prefix: Path, out: Manifests) -> None:
     if kind == "List" or (kind.endswith("List") and isinstance(obj.get("items"), list)):
         for index, item in enumerate(obj.get("items") or []):
             _walk(item, source, (*prefix, "items", index), out)
+        return
+    api_version = obj.get("apiVersion")
+    if kind in DRA_KINDS and str(api_version or "").startswith("resource.k8s.io/"):
+        raw_meta = obj.get("metadata")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        out.dra.append(
+            DraObject(
+                source,
+                kind,
+                str(meta.get("name") or meta.get("generateName") or "<unnamed>"),
+                str(meta.get("namespace") or ""),
+                str(api_version),
+                prefix,
+                obj,
+            )
+        )
         return
     spec_path = POD_SPEC_PATHS.get(kind)
     if spec_path is None:
@@ -166,7 +203,6 @@ def _walk(obj: Any, source: Source, prefix: Path, out: Manifests) -> None:
         where = str(exc).replace("$", path_text(full_path), 1)
         out.problems.append(Problem(source, full_path, where, f"{kind}/{name}"))
         return
-    api_version = obj.get("apiVersion")
     workload = Workload(source, kind, name, namespace, full_path, spec, str(api_version or ""), prefix)
     for count_path, struct in COUNT_FIELDS.get(kind, ()):
         value: Any = obj

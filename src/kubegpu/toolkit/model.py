@@ -45,9 +45,17 @@ class EnvVar(_Obj):
     value: str | None = None
 
 
+class ContainerClaim(_Obj):
+    """resources.claims[]: a pod claim (by its name in spec.resourceClaims) and one of its requests."""
+
+    name: str = ""
+    request: str | None = None
+
+
 class ResourceRequirements(_Obj):
     requests: dict[str, Quantity] | None = None
     limits: dict[str, Quantity] | None = None
+    claims: list[ContainerClaim] | None = None
 
 
 class ContainerLite(_Obj):
@@ -102,6 +110,15 @@ class Affinity(_Obj):
 
 class PodResourceClaim(_Obj):
     name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
+class PodResourceClaimStatus(_Obj):
+    """The claim the resourceclaim controller made from a template for one pod claim."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
 
 
 class SchedulingGate(_Obj):
@@ -172,6 +189,7 @@ class PodStatus(PodStatusLite):
     conditions: list[PodCondition] | None = None
     container_statuses: list[ContainerStatus] | None = None
     init_container_statuses: list[ContainerStatus] | None = None
+    resource_claim_statuses: list[PodResourceClaimStatus] | None = None
 
 
 class PodLite(_Obj, tag_field="kind", tag="Pod"):

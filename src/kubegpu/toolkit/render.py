@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from kubegpu.common import output
+from kubegpu.toolkit.scheduling import same_summary
 
 SEVERITY_STYLE = {
     "error": "bold red",
@@ -43,7 +44,11 @@ def table(out: Console, title: str | None, columns: list[str], rows: list[list[A
 def print_explanation(result: Any, max_rows: int | None = None) -> None:
     """Human output of `explain`: the scheduler's line, fixes, fragmentation, then node by node."""
     out = console()
-    wants = ", ".join(f"{n}: {v}" for n, v in result.requests.items()) or "nothing"
+    wants = ", ".join(f"{n}: {v}" for n, v in result.requests.items())
+    if result.dra is not None:
+        claims = ", ".join(c["name"] for c in result.dra.claims)
+        wants = f"{wants}, DRA claims {claims}" if wants else f"DRA claims {claims}"
+    wants = wants or "nothing"
     out.print(f"[bold]Pod {result.pod}[/bold] ({result.phase}) requests {wants}")
     if result.message:
         out.print(Text("Scheduler: ", style="bold") + Text(result.message, style="red"))
@@ -56,7 +61,9 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                 style="green",
             )
         )
-    if result.recorded_message and result.recorded_message.split(" preemption:")[0] != result.message:
+    if result.recorded_message and not (
+        result.message and same_summary(result.recorded_message, result.message)
+    ):
         out.print(Text("Last recorded by the scheduler: ", style="bold") + Text(result.recorded_message))
     for note in result.notes:
         out.print(Text("Note: ", style="yellow") + Text(note))
@@ -93,6 +100,8 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
                     ["Node", "Resource", "Unhealthy", "Free now", "Free if healthy", "Pod fits then"],
                     detail,
                 )
+    if result.dra is not None:
+        print_dra(out, result.dra)
     for name, rows in result.fragmentation.items():
         frag = [[r.size, r.free, r.fits, r.stranded, f"{r.percent:.0f}%", r.largest_block] for r in rows]
         table(
@@ -111,3 +120,38 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
     table(out, "Node by node", ["Node", "Pool", *gpu_cols, "Filter", "Why"], rows)
     if max_rows is not None and len(result.nodes) > max_rows:
         out.print(f"... and {len(result.nodes) - max_rows} more node(s); use --all-nodes or --json.")
+
+
+def print_dra(out: Console, dra: Any, max_devices: int = 8) -> None:
+    """The pod's DRA claims, then per node and request: devices left and what ruled out the others."""
+    claims = [[c["name"], c["claim"], c["state"]] for c in dra.claims]
+    table(out, "DRA claims", ["Pod claim", "ResourceClaim", "State"], claims)
+    if not dra.nodes:
+        return
+    rows = []
+    for n in dra.nodes:
+        verdict = styled("ok") if n.fits else Text(n.summary, style="red")
+        if not n.requests:
+            rows.append([n.node, "-", "-", "-", "-", verdict, "; ".join(n.pools) or "no pools"])
+        for r in n.requests:
+            ruled = ", ".join(f"{count} {why}" for why, count in r.ruled_out.items()) or "none"
+            shown = r.devices[:max_devices]
+            more = f" ... and {len(r.devices) - max_devices} more" if len(r.devices) > max_devices else ""
+            detail = "\n".join(shown) + more if shown else "; ".join(n.pools) or "no pools"
+            rows.append(
+                [
+                    n.node,
+                    f"{r.claim} {r.request}",
+                    r.device_class,
+                    r.wanted,
+                    r.available,
+                    verdict,
+                    ruled + "\n" + detail,
+                ]
+            )
+    table(
+        out,
+        "DynamicResources, node by node (nodes that pass the other filters)",
+        ["Node", "Claim request", "Class", "Wants", "Available", "Verdict", "Ruled out"],
+        rows,
+    )

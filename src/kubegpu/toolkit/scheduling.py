@@ -3,7 +3,9 @@
 Filters run per node in the default profile's order (NodeUnschedulable, NodeName, TaintToleration,
 NodeAffinity, then NodeResourcesFit) and a node stops at the first plugin that rejects it, as the
 framework does. The summary is `FitError.Error()` of kube-scheduler 1.31+: reasons counted per node,
-rendered "<count> <reason>", sorted as strings, joined by ", ". The preemption suffix is not produced.
+rendered "<count> <reason>", sorted as strings, joined by ", ". The post-filter part (preemption's verdict,
+and since 1.34 the DynamicResources plugin's) is not produced; `filter_summary` cuts it from a recorded
+message.
 """
 
 from __future__ import annotations
@@ -48,6 +50,27 @@ NODE_NAME = "NodeName"
 TAINT_TOLERATION = "TaintToleration"
 NODE_AFFINITY = "NodeAffinity"
 NODE_RESOURCES_FIT = "NodeResourcesFit"
+
+
+def filter_summary(message: str) -> str:
+    """The filter summary of a FailedScheduling message the scheduler recorded, without its post-filter part.
+
+    FitError.Error() (kube-scheduler 1.29 to 1.36) is "0/<n> nodes are available: <reasons>." followed, when
+    PostFilter plugins ran, by " <their messages, joined by ', '>.": " preemption: 0/<n> nodes are available:
+    ... for incoming pod.." up to 1.33; since 1.34, where DynamicResources is on by default, its message comes
+    first (" no new claims to deallocate, preemption: ..."). Everything after the summary's first ". " is the
+    post-filter part, whatever its plugins (no scheduler reason holds ". "); "no nodes available to schedule
+    pods" has none.
+    """
+    head, separator, _ = message.strip().partition(". ")
+    return head + "." if separator else message.strip()
+
+
+def same_summary(recorded: str, summary: str) -> bool:
+    """Whether a recorded FailedScheduling message is `summary` (as `run_filters` words it) plus a post-filter
+    part, or `summary` itself."""
+    recorded = recorded.strip()
+    return recorded == summary or recorded.startswith(summary + " ")
 
 
 def untolerated_taint_reason(taint: Taint) -> str:

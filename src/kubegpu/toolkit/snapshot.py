@@ -12,11 +12,13 @@ import gc
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import yaml
 
 from kubegpu.common.files import MIB, FileProblem, read_bytes
+from kubegpu.toolkit.dra_facts import DRA_KINDS
 from kubegpu.toolkit.model import DaemonSet, Event, Node, Pod, PodLite, RuntimeClass
 
 Item = Node | PodLite | DaemonSet | RuntimeClass | Event
@@ -28,6 +30,13 @@ KINDS: dict[str, type] = {
     "Event": Event,
 }
 LIST_KINDS = {f"{kind}List": cls for kind, cls in KINDS.items()}
+
+
+# resource.k8s.io (DRA) objects, kept as the API's JSON: the resourceapi package parses them (v1, v1beta2
+# or v1beta1 shapes) for explain and lint. Add them to the kubectl command for pods with resourceClaims:
+# kubectl get nodes,pods,daemonsets,runtimeclasses,resourceslices,resourceclaims,resourceclaimtemplates,
+# deviceclasses -A -o json
+_DRA_LIST_KINDS = {f"{kind}List": kind for kind in DRA_KINDS}
 
 
 class SnapshotError(ValueError):
@@ -71,6 +80,11 @@ class Snapshot:
     events: list[Event] = field(default_factory=list)
     source: str = ""
     skipped_kinds: dict[str, int] = field(default_factory=dict)  # kinds present but not used
+    # DRA kind -> its objects as JSON; a kind is present (maybe empty) when its list was read
+    dra: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def dra_objects(self, kind: str) -> list[dict[str, Any]]:
+        return self.dra.get(kind, [])
 
     def add(self, items: Iterable[Item]) -> None:
         for item in items:
@@ -134,6 +148,9 @@ def decode_items(
             item = _LITE_DECODERS[kind].decode(raw) if kind in _LITE_DECODERS else _ANY_DECODER.decode(raw)
         except msgspec.ValidationError as exc:
             kind = _PROBE.decode(raw).kind or default_kind
+            if kind in DRA_KINDS:
+                snap.dra.setdefault(kind, []).append(_decode_object(raw, index, kind))
+                continue
             if kind not in _LITE_DECODERS:
                 snap.skipped_kinds[kind or "<no kind>"] = snap.skipped_kinds.get(kind or "<no kind>", 0) + 1
                 continue
@@ -155,6 +172,17 @@ def decode_items(
             snap.add([item])
 
 
+def _decode_object(raw: msgspec.Raw, index: int, kind: str) -> dict[str, Any]:
+    try:
+        obj = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:  # pragma: no cover - the list around it decoded
+        raise SnapshotError(f"item {index} ({kind}) is not valid JSON: {exc}; {HOW_TO}") from exc
+    if not isinstance(obj, dict):
+        raise SnapshotError(f"item {index} ({kind}) is not an object; {HOW_TO}")
+    obj.setdefault("kind", kind)
+    return obj
+
+
 def _load_json(data: bytes, snap: Snapshot, keep: Iterable[tuple[str, str]]) -> None:
     try:
         top = msgspec.json.decode(data, type=_RawList)
@@ -163,9 +191,11 @@ def _load_json(data: bytes, snap: Snapshot, keep: Iterable[tuple[str, str]]) -> 
     except msgspec.ValidationError as exc:
         raise SnapshotError(f"the top level must be a Kubernetes object or List ({exc}); {HOW_TO}") from exc
     kind = top.kind
-    if kind == "List" or kind in LIST_KINDS:
+    if kind == "List" or kind in LIST_KINDS or kind in _DRA_LIST_KINDS:
+        if kind in _DRA_LIST_KINDS:
+            snap.dra.setdefault(_DRA_LIST_KINDS[kind], [])
         decode_items(top.items or [], kind.removesuffix("List") if kind != "List" else "", snap, keep)
-    elif kind in KINDS:
+    elif kind in KINDS or kind in DRA_KINDS:
         decode_items([msgspec.Raw(data)], kind, snap, keep)
     else:
         raise SnapshotError(

@@ -264,3 +264,19 @@ exec:
           sys.exit(f"GET {url}: {err}\n{body}")
     - http://{{ $host }}:{{ .root.Values.health.port }}{{ .path }}
 {{- end }}
+
+{{/* The DRA driver's service account: the one subject of its RBAC and of the ResourceSlice policy. */}}
+{{- define "kubegpu.draServiceAccount" -}}
+{{- include "kubegpu.fullname" . }}-dra
+{{- end }}
+
+{{/* The resource.k8s.io version of the DeviceClasses: the newest the cluster serves (v1 from 1.34,
+v1beta2 in 1.33, v1beta1 in 1.32); v1 when helm cannot ask (helm template without --api-versions).
+A DeviceClass's spec is the same in all three. */}}
+{{- define "kubegpu.resourceAPIVersion" -}}
+{{- if .Capabilities.APIVersions.Has "resource.k8s.io/v1/DeviceClass" }}resource.k8s.io/v1
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta2/DeviceClass" }}resource.k8s.io/v1beta2
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta1/DeviceClass" }}resource.k8s.io/v1beta1
+{{- else }}resource.k8s.io/v1
+{{- end }}
+{{- end }}

@@ -15,7 +15,6 @@ Both expose the same functions, constants and `NVMLError` classes, so callers do
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -55,5 +54,14 @@ def load_nvml(selection: NvmlSelection | None = None) -> NvmlBackend:
         pynvml,
         selection.sysfs_root,
         is_fake=False,
-        description=f"NVML (libnvidia-ml.so.1) via nvidia-ml-py {metadata.version('nvidia-ml-py')}",
+        description=f"NVML (libnvidia-ml.so.1) via nvidia-ml-py {_binding_version(pynvml.__file__)}",
     )
+
+
+def _binding_version(module_file: str | None) -> str:
+    """nvidia-ml-py's version from its dist-info folder next to the module. importlib.metadata would say
+    the same but pulls email, zipfile and csv into the daemon (about 1 MB resident) for this one string."""
+    if module_file:
+        for info in sorted(Path(module_file).parent.glob("nvidia_ml_py-*.dist-info")):
+            return info.name.removeprefix("nvidia_ml_py-").removesuffix(".dist-info")
+    return "(version unknown)"

@@ -59,6 +59,27 @@ log = logging.getLogger(__name__)
 MIB = 1024 * 1024
 
 
+def _architecture(cc: tuple[int, int]) -> int:
+    """NVML's architecture of a model, from its compute capability."""
+    if cc == (7, 5):
+        return int(pynvml.NVML_DEVICE_ARCH_TURING)
+    if cc == (8, 9):
+        return int(pynvml.NVML_DEVICE_ARCH_ADA)
+    return int(_ARCHITECTURE_BY_CC_MAJOR.get(cc[0], pynvml.NVML_DEVICE_ARCH_UNKNOWN))
+
+
+_ARCHITECTURE_BY_CC_MAJOR = {
+    3: pynvml.NVML_DEVICE_ARCH_KEPLER,
+    5: pynvml.NVML_DEVICE_ARCH_MAXWELL,
+    6: pynvml.NVML_DEVICE_ARCH_PASCAL,
+    7: pynvml.NVML_DEVICE_ARCH_VOLTA,
+    8: pynvml.NVML_DEVICE_ARCH_AMPERE,
+    9: pynvml.NVML_DEVICE_ARCH_HOPPER,
+    10: pynvml.NVML_DEVICE_ARCH_BLACKWELL,
+    12: pynvml.NVML_DEVICE_ARCH_BLACKWELL,
+}
+
+
 def _topology_level(a: PciePlacement, b: PciePlacement) -> int:
     if a.cpu != b.cpu:
         return pynvml.NVML_TOPOLOGY_SYSTEM
@@ -209,6 +230,13 @@ class FakeNvml(EventCalls):
     def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
         return self._gpu(handle).spec.minor
 
+    def nvmlDeviceGetArchitecture(self, device: Any) -> int:
+        return _architecture(self._gpu(device).model.cc)
+
+    def nvmlDeviceGetBrand(self, handle: Any) -> int:
+        self._gpu(handle)
+        return pynvml.NVML_BRAND_NVIDIA  # what data-center GPUs report since Ampere
+
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
         return self._resolve(handle)[0].model.cc
 
@@ -313,7 +341,7 @@ class FakeNvml(EventCalls):
         info = pynvml.c_nvmlGpuInstanceInfo_t()
         info.device = device_handle(gpu.index)
         info.id, info.profileId = mig.spec.gi, mig.gi_profile.id
-        info.placement.start, info.placement.size = 0, mig.gi_profile.slices
+        info.placement.start, info.placement.size = mig.placement_start, mig.gi_profile.slices
         return info
 
     # -- topology -----------------------------------------------------------------------------------

@@ -81,6 +81,7 @@ class Mig:
     spec: MigDeviceSpec
     gi_profile: GpuInstanceProfile
     compute_slices: int
+    placement_start: int = 0  # first memory slice of its GPU instance
 
     @property
     def profile_name(self) -> str:
@@ -131,10 +132,19 @@ def _build_migs(spec: GpuSpec, model: GpuModel) -> tuple[Mig, ...]:
     if not spec.mig.enabled or model.mig is None:
         return ()
     migs = []
+    starts: dict[int, int] = {}  # GPU instances packed in order of first appearance
+    next_start = 0
     for slot, dev in enumerate(spec.mig.devices):
         gi_profile = model.mig.profile(dev.profile)
         assert gi_profile is not None  # checked by the schema
-        migs.append(Mig(slot, dev, gi_profile, dev.compute_slices or gi_profile.slices))
+        if dev.gi not in starts:
+            starts[dev.gi] = next_start
+            next_start += gi_profile.slices
+        migs.append(
+            Mig(
+                slot, dev, gi_profile, dev.compute_slices or gi_profile.slices, placement_start=starts[dev.gi]
+            )
+        )
     return tuple(migs)
 
 

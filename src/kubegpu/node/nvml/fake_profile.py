@@ -13,10 +13,11 @@ import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import msgspec
 import pynvml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from msgspec import Meta
 
 from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.node.nvml.pci import parse_pci_bus_id
@@ -39,57 +40,62 @@ EVENT_TYPES: dict[EventName, int] = {
 }
 
 
-class _Schema(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# Field constraints; msgspec checks them while it builds the classes.
+_NonNegative = Annotated[int, Meta(ge=0)]
+_Positive = Annotated[int, Meta(gt=0)]
 
 
-class GpuInstanceProfile(_Schema):
+class _Schema(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+class GpuInstanceProfile(_Schema, frozen=True):
     """One GPU instance profile of a MIG-capable model: a row of `nvidia-smi mig -lgip`."""
 
-    name: str = Field(pattern=r"^\d+g\.\d+gb([+-][a-z.,]+)?$")  # e.g. "1g.5gb", "1g.5gb+me"
-    index: int = Field(ge=0, lt=pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)  # NVML_GPU_INSTANCE_PROFILE_*
-    id: int = Field(ge=0)  # the profile ID NVML reports (the "ID" column of `nvidia-smi mig -lgip`)
-    slices: int = Field(ge=1, le=8)
-    instances: int = Field(ge=1)  # how many of it fit on an empty GPU
-    memory_mib: int = Field(gt=0)
-    multiprocessors: int = Field(gt=0)
-    copy_engines: int = Field(0, ge=0)
-    decoders: int = Field(0, ge=0)
-    encoders: int = Field(0, ge=0)
-    jpegs: int = Field(0, ge=0)
-    ofas: int = Field(0, ge=0)
+    name: Annotated[str, Meta(pattern=r"^\d+g\.\d+gb([+-][a-z.,]+)?$")]  # e.g. "1g.5gb", "1g.5gb+me"
+    # NVML_GPU_INSTANCE_PROFILE_*
+    index: Annotated[int, Meta(ge=0, lt=pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)]
+    id: _NonNegative  # the profile ID NVML reports (the "ID" column of `nvidia-smi mig -lgip`)
+    slices: Annotated[int, Meta(ge=1, le=8)]
+    instances: Annotated[int, Meta(ge=1)]  # how many of it fit on an empty GPU
+    memory_mib: _Positive
+    multiprocessors: _Positive
+    copy_engines: _NonNegative = 0
+    decoders: _NonNegative = 0
+    encoders: _NonNegative = 0
+    jpegs: _NonNegative = 0
+    ofas: _NonNegative = 0
 
 
-class MigSupport(_Schema):
+class MigSupport(_Schema, frozen=True):
     """MIG capability of a GPU model. A model without it is not MIG capable."""
 
-    max_devices: int = Field(7, ge=1, le=254)
-    profiles: list[GpuInstanceProfile] = Field(min_length=1)
+    profiles: Annotated[list[GpuInstanceProfile], Meta(min_length=1)]
+    max_devices: Annotated[int, Meta(ge=1, le=254)] = 7
 
-    @model_validator(mode="after")
-    def _unique(self) -> MigSupport:
+    def __post_init__(self) -> None:
         for attr in ("name", "index", "id"):
             values = [getattr(p, attr) for p in self.profiles]
             dupes = sorted({str(v) for v in values if values.count(v) > 1})
             if dupes:
                 raise ValueError(f"profiles: duplicate {attr} {', '.join(dupes)}")
-        return self
 
     def profile(self, name: str) -> GpuInstanceProfile | None:
         return next((p for p in self.profiles if p.name == name), None)
 
 
-class GpuModel(_Schema):
+class GpuModel(_Schema, frozen=True):
     """What every GPU of one product has in common."""
 
     name: str  # as nvmlDeviceGetName reports it, e.g. "NVIDIA A100-SXM4-40GB"
-    memory_mib: int = Field(gt=0)
-    compute_capability: str = Field(pattern=r"^\d+\.\d+$")  # quote it in YAML: "8.0"
-    multiprocessors: int = Field(gt=0)
-    pci_device_id: int = Field(0, ge=0)  # e.g. 0x20B010DE
-    nvlinks: int = Field(0, ge=0, le=pynvml.NVML_NVLINK_MAX_LINKS)  # NVLink ports per GPU
+    memory_mib: _Positive
+    compute_capability: Annotated[str, Meta(pattern=r"^\d+\.\d+$")]  # quote it in YAML: "8.0"
+    multiprocessors: _Positive
+    pci_device_id: _NonNegative = 0  # e.g. 0x20B010DE
+    nvlinks: Annotated[int, Meta(ge=0, le=pynvml.NVML_NVLINK_MAX_LINKS)] = 0  # NVLink ports per GPU
     ecc_recovery: Literal["row_remapping", "page_retirement", "none"] = "row_remapping"
-    events: list[EventName] = Field(default_factory=lambda: list(EVENT_TYPES))  # supported event types
+    # supported event types
+    events: list[EventName] = msgspec.field(default_factory=lambda: list(EVENT_TYPES))
     mig: MigSupport | None = None
 
     @property
@@ -98,83 +104,80 @@ class GpuModel(_Schema):
         return int(major), int(minor)
 
 
-class PciePlacement(_Schema):
+class PciePlacement(_Schema, frozen=True):
     """Where a GPU hangs in the PCIe tree; the NVML topology level of two GPUs follows from it."""
 
-    cpu: int = Field(ge=0)  # CPU socket of the root port
+    cpu: _NonNegative  # CPU socket of the root port
     host_bridge: str  # root complex / host bridge name
-    switches: list[str] = Field(default_factory=list)  # PCIe switches from the host bridge down to the GPU
+    # PCIe switches from the host bridge down to the GPU
+    switches: list[str] = msgspec.field(default_factory=list)
 
 
-class MigDeviceSpec(_Schema):
-    uuid: str = Field(pattern=_MIG_UUID)
+class MigDeviceSpec(_Schema, frozen=True):
+    uuid: Annotated[str, Meta(pattern=_MIG_UUID)]
     profile: str  # a GPU instance profile name of the model
-    gi: int = Field(ge=0)  # GPU instance id
-    ci: int = Field(0, ge=0)  # compute instance id
-    compute_slices: int | None = Field(None, ge=1)  # slices of the compute instance; default: the whole GI
+    gi: _NonNegative  # GPU instance id
+    ci: _NonNegative = 0  # compute instance id
+    # slices of the compute instance; default: the whole GI
+    compute_slices: Annotated[int, Meta(ge=1)] | None = None
 
 
-class MigConfig(_Schema):
+class MigConfig(_Schema, frozen=True):
     enabled: bool = False
-    devices: list[MigDeviceSpec] = Field(default_factory=list)  # in enumeration (slot) order
+    devices: list[MigDeviceSpec] = msgspec.field(default_factory=list)  # in enumeration (slot) order
 
 
-class GpuSpec(_Schema):
+class GpuSpec(_Schema, frozen=True):
     model: str  # a key of `models`
-    uuid: str = Field(pattern=_GPU_UUID)
-    pci_bus_id: str = Field(pattern=_NVML_BUS_ID)
-    minor: int = Field(ge=0)  # /dev/nvidia<minor>
-    numa_node: int | None = Field(None, ge=0)  # None: sysfs reports -1
+    uuid: Annotated[str, Meta(pattern=_GPU_UUID)]
+    pci_bus_id: Annotated[str, Meta(pattern=_NVML_BUS_ID)]
+    minor: _NonNegative  # /dev/nvidia<minor>
     pcie: PciePlacement
-    mig: MigConfig = Field(default_factory=MigConfig)
+    numa_node: _NonNegative | None = None  # None: sysfs reports -1
+    mig: MigConfig = msgspec.field(default_factory=MigConfig)
 
 
-class NvlinkPair(_Schema):
+class NvlinkPair(_Schema, frozen=True):
     gpus: tuple[int, int]  # GPU indices
-    links: int = Field(ge=1)
+    links: Annotated[int, Meta(ge=1)]
 
 
-class NvlinkFabric(_Schema):
-    switches: list[str] = Field(default_factory=list)  # NVSwitch PCI bus ids; GPU links are spread over them
-    switch_links_per_gpu: int = Field(0, ge=0)
-    pairs: list[NvlinkPair] = Field(default_factory=list)  # direct GPU-to-GPU links
+class NvlinkFabric(_Schema, frozen=True):
+    # NVSwitch PCI bus ids; GPU links are spread over them
+    switches: list[str] = msgspec.field(default_factory=list)
+    switch_links_per_gpu: _NonNegative = 0
+    pairs: list[NvlinkPair] = msgspec.field(default_factory=list)  # direct GPU-to-GPU links
 
-    @field_validator("switches")
-    @classmethod
-    def _bus_ids(cls, value: list[str]) -> list[str]:
-        for bus_id in value:
-            parse_pci_bus_id(bus_id)
-        return value
+    def __post_init__(self) -> None:
+        for bus_id in self.switches:
+            try:
+                parse_pci_bus_id(bus_id)
+            except ValueError as err:
+                raise ValueError(f"switches: {err}") from None
 
 
-class Profile(_Schema):
+class Profile(_Schema, frozen=True):
     """A node as the fake NVML presents it."""
 
     description: str  # one line, shown by `kubegpu fake-nvml profiles`
     driver_version: str = "550.90.07"
-    cuda_driver_version: str = Field("12.4", pattern=r"^\d+\.\d+$")
+    cuda_driver_version: Annotated[str, Meta(pattern=r"^\d+\.\d+$")] = "12.4"
     init_error: str | None = None  # an NVML_ERROR_* name without the prefix, e.g. DRIVER_NOT_LOADED
-    models: dict[str, GpuModel] = Field(default_factory=dict)
-    gpus: list[GpuSpec] = Field(default_factory=list)
-    nvlink: NvlinkFabric = Field(default_factory=NvlinkFabric)
+    models: dict[str, GpuModel] = msgspec.field(default_factory=dict)
+    gpus: list[GpuSpec] = msgspec.field(default_factory=list)
+    nvlink: NvlinkFabric = msgspec.field(default_factory=NvlinkFabric)
 
-    @field_validator("init_error")
-    @classmethod
-    def _known_error(cls, value: str | None) -> str | None:
-        if value is not None and not hasattr(pynvml, f"NVML_ERROR_{value}"):
+    def __post_init__(self) -> None:
+        if self.init_error is not None and not hasattr(pynvml, f"NVML_ERROR_{self.init_error}"):
             raise ValueError(
-                f"{value!r} is not an NVML error name (e.g. DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND)"
+                f"init_error: {self.init_error!r} is not an NVML error name "
+                "(e.g. DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND)"
             )
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Profile:
         self._check_models()
         self._check_unique()
         for i, gpu in enumerate(self.gpus):
             _check_mig(f"gpus[{i}]", gpu, self.models[gpu.model])
         self._check_nvlink()
-        return self
 
     def _check_models(self) -> None:
         for i, gpu in enumerate(self.gpus):
@@ -290,19 +293,24 @@ def parse_profile(text: str, source: str) -> Profile:
     if not isinstance(data, dict):
         raise ProfileError(f"fake NVML profile {source} must be a YAML mapping")
     try:
-        return Profile.model_validate(data)
-    except ValidationError as err:
-        problems = [
-            f"{_error_location(e['loc'])}{e['msg'].removeprefix('Value error, ')}" for e in err.errors()
-        ]
-        raise ProfileError(f"fake NVML profile {source} is invalid: " + "; ".join(problems)) from err
+        return msgspec.convert(data, Profile)
+    except msgspec.ValidationError as err:
+        raise ProfileError(f"fake NVML profile {source} is invalid: {_located(str(err))}") from err
 
 
-def _error_location(loc: tuple[int | str, ...]) -> str:
-    if not loc:
-        return ""  # whole-profile checks name their field in the message
-    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
-    return f"{text}: "
+def _located(message: str) -> str:
+    """msgspec's `<what> - at `$.gpus[0].uuid`` as `gpus[0].uuid: <what>`; a missing or unknown field is
+    named in the place. Whole-profile checks name their field in the message."""
+    what, _, at = message.partition(" - at `$")
+    where = at.removesuffix("`").lstrip(".")
+    for prefix, problem in (
+        ("Object missing required field `", "a required field is missing"),
+        ("Object contains unknown field `", "unknown field"),
+    ):
+        if what.startswith(prefix):
+            key = what.removeprefix(prefix).removesuffix("`")
+            return f"{where}.{key}: {problem}" if where else f"{key}: {problem}"
+    return f"{where}: {what}" if where else what
 
 
 @dataclass(frozen=True, slots=True)

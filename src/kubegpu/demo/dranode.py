@@ -1,0 +1,187 @@
+"""A simulated node for `kubegpu dra` (the demo's DRA act and the contract tests): the API server (apisim),
+the kubelet's DRA side (kubeletsim), the fake NVML, and the driver as a separate process on real unix
+sockets. The scheduler's part is played by resourceapi's structured allocator: it allocates a claim from
+the published slices and reserves it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kubegpu.apisim import ApiServerSim
+from kubegpu.kubeletsim import Container, ContainerClaim, DraSettings, KubeletSimulator, Pod, PodResourceClaim
+from kubegpu.resourceapi import (
+    Allocator,
+    allocated_devices,
+    parse_claim,
+    parse_class,
+    parse_slice,
+    reserved_status,
+)
+
+NODE = "node-a"
+DRIVER = "gpu.nvidia.com"
+_GPU_SELECTOR = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+# NVIDIA's DeviceClass for whole GPUs (its chart's gpu.nvidia.com class).
+GPU_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": _GPU_SELECTOR}}]},
+}
+
+
+class SimulatedDraNode:
+    def __init__(
+        self, profile: str = "a100-mig", env: dict[str, str] | None = None, kubelet: str = "1.34"
+    ) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="kgdra-", dir="/tmp"))  # unix socket paths are short
+        self.profile = profile
+        self.extra_env = dict(env or {})
+        self.api = ApiServerSim()
+        self.kubelet_version = kubelet
+        self.cdi = self.root / "cdi"
+        self.plugins = self.root / "plugins"
+        self.registry = self.root / "plugins_registry"
+        self.boot_id = self.root / "boot_id"
+        self.boot_id.write_text("2b1d6f0e-0d2a-4c53-9a1b-6f7e2a3c4d5e\n")
+        self.log_path = self.root / "dra.log"
+        self.driver: subprocess.Popen[bytes] | None = None
+        self.sim: KubeletSimulator | None = None
+
+    async def __aenter__(self) -> SimulatedDraNode:
+        self.api.start()
+        self.api.add_node(NODE)
+        self.api.create("deviceclasses", GPU_CLASS, namespace="")
+        self.kubeconfig = self.api.write_kubeconfig(self.root / "kubeconfig")
+        await self.start_kubelet()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.driver is not None and self.driver.poll() is None:
+            self.driver.kill()
+            self.driver.wait()
+        if self.sim is not None:
+            await self.sim.stop()
+        self.api.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    async def start_kubelet(self) -> None:
+        settings = DraSettings(
+            node_name=NODE, api_url=self.api.url, kubelet_version=self.kubelet_version, poll_interval=0.02,
+            root=self.root,
+        )  # fmt: skip
+        self.sim = KubeletSimulator(self.root / "device-plugins", dra=settings)
+        await self.sim.start()
+
+    @property
+    def env(self) -> dict[str, str]:
+        base = {
+            k: v for k, v in os.environ.items() if not k.startswith(("KUBEGPU_", "KUBECONFIG", "NODE_NAME"))
+        }
+        return {
+            **base,
+            "NODE_NAME": NODE,
+            "KUBECONFIG": str(self.kubeconfig),
+            "CDI_ROOT": str(self.cdi),
+            "KUBELET_REGISTRAR_DIRECTORY_PATH": str(self.registry),
+            "KUBELET_PLUGINS_DIRECTORY_PATH": str(self.plugins),
+            "KUBEGPU_FAKE_NVML": self.profile,
+            "KUBEGPU_FAKE_NVML_STATE": str(self.root / "nvml"),
+            "KUBEGPU_DRA_BOOT_ID_FILE": str(self.boot_id),
+            "KUBEGPU_HEALTH_PROBE_SECONDS": "0.2",
+            "KUBEGPU_RECOVERY_QUIET_SECONDS": "1",
+            **self.extra_env,
+        }
+
+    def start_driver(self, *args: str) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as log:
+            self.driver = subprocess.Popen(
+                [sys.executable, "-m", "kubegpu", "dra", "-v", *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self.driver
+
+    async def stop_driver(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 15.0) -> int:
+        assert self.driver is not None
+        driver, self.driver = self.driver, None
+        driver.send_signal(sig)
+        deadline = time.monotonic() + timeout
+        while driver.poll() is None:
+            if time.monotonic() > deadline:
+                driver.kill()
+                raise AssertionError(f"the driver did not stop within {timeout} s:\n{self.log()[-3000:]}")
+            await asyncio.sleep(0.05)
+        return driver.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def wait(self, predicate: Any, what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if self.driver is not None and self.driver.poll() is not None:
+                raise AssertionError(
+                    f"the driver exited {self.driver.returncode} waiting for {what}:\n{self.log()[-3000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}:\n{self.log()[-3000:]}")
+            await asyncio.sleep(0.05)
+
+    def slices(self) -> list[dict[str, Any]]:
+        return [s for s in self.api.list("resourceslices") if s["spec"]["driver"] == DRIVER]
+
+    def published(self) -> dict[str, dict[str, Any]]:
+        return {d["name"]: d for s in self.slices() for d in s["spec"].get("devices", [])}
+
+    async def wait_registered(self) -> None:
+        assert self.sim is not None
+        await self.sim.wait_for(lambda: bool(self.sim and self.sim.dra_plugins(DRIVER)), 30.0)
+
+    async def wait_published(self, count: int) -> None:
+        await self.wait(lambda: len(self.published()) == count, f"{count} published devices")
+
+    def allocate(self, claim: dict[str, Any], pod: Pod) -> dict[str, Any]:
+        """Create the claim, allocate it as the scheduler would on this node, reserve it for `pod`."""
+        allocated = self.try_allocate(claim, pod)
+        if allocated is None:
+            raise AssertionError(f"the allocator found no devices for claim {claim['metadata']['name']}")
+        return allocated
+
+    def try_allocate(self, claim: dict[str, Any], pod: Pod) -> dict[str, Any] | None:
+        """`allocate`, or None (the claim created, left unallocated) when no device fits."""
+        created = self.api.create("resourceclaims", claim)
+        held = [
+            parse_claim(c)
+            for c in self.api.list("resourceclaims")
+            if (c.get("status") or {}).get("allocation")
+        ]
+        allocator = Allocator(
+            [parse_claim(created)],
+            [parse_class(c) for c in self.api.list("deviceclasses")],
+            [parse_slice(s) for s in self.slices()],
+            allocated_devices(held),
+        )
+        allocations = allocator.allocate(self.api.get("nodes", NODE, namespace=""))
+        if allocations is None:
+            return None
+        created["status"] = reserved_status(allocations[0], pod.name, pod.uid)
+        return self.api.update("resourceclaims", created, status=True)
+
+
+def claim_pod(name: str, *claims: str, request: str = "") -> Pod:
+    return Pod(
+        name,
+        containers=[Container("main", claims=[ContainerClaim(f"pc-{c}", request) for c in claims])],
+        resource_claims=[PodResourceClaim(f"pc-{c}", c) for c in claims],
+    )

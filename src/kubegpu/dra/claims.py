@@ -1,0 +1,115 @@
+"""Prepare reads the claim: GET it through the official client (in the resource.k8s.io version the server
+serves) and check it the way the kubelet plugin helper does, so the driver prepares exactly what the
+scheduler allocated (pool, device, request) with the config that came with it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kubegpu.dra.slices import GROUP, pick_version
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT = (5.0, 20.0)  # connect, read: well inside the kubelet's 45 s per call
+
+
+class ClaimError(RuntimeError):
+    """This claim cannot be prepared; the text goes to the kubelet as the claim's error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One allocation result of this driver: the request it serves and the device picked for it."""
+
+    request: str  # as the allocation names it (a subrequest is "req/sub")
+    pool: str
+    device: str
+    admin_access: bool = False
+
+    @property
+    def request_name(self) -> str:
+        """The name the kubelet matches against containers: the subrequest's parent ("req/sub" -> "req")."""
+        return self.request.split("/", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedClaim:
+    namespace: str
+    name: str
+    uid: str
+    results: tuple[Result, ...]
+    configs: tuple[dict[str, Any], ...]  # status.allocation.devices.config
+
+
+class ClaimReader:
+    def __init__(self, api_client: client.ApiClient, driver_name: str) -> None:
+        self.driver_name = driver_name
+        self._custom: Any = client.CustomObjectsApi(api_client)
+        self._group: Any = client.ResourceApi(api_client)
+        self.version: str | None = None
+
+    def _served_version(self) -> str:
+        if self.version is None:
+            response = self._group.get_api_group(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+            served = [str(v.get("version")) for v in json.loads(response.data).get("versions") or []]
+            version = pick_version(served)
+            if version is None:
+                raise ClaimError(
+                    f"the API server serves no resource.k8s.io version this driver reads ({served})"
+                )
+            self.version = version
+        return self.version
+
+    def get(self, namespace: str, name: str, uid: str) -> AllocatedClaim:
+        """The claim as allocated for this driver; ClaimError naming what is wrong. Blocking: use a thread."""
+        what = f"claim {namespace}/{name}"
+        try:
+            response = self._custom.get_namespaced_custom_object(
+                GROUP,
+                self._served_version(),
+                namespace,
+                "resourceclaims",
+                name,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            obj = json.loads(response.data)
+        except ApiException as err:
+            if err.status == 404:
+                raise ClaimError(f"{what} not found: it was deleted before it could be prepared") from None
+            raise ClaimError(f"cannot read {what}: {err.status} {err.reason}") from None
+        except (OSError, ValueError) as err:  # connection refused, timeouts, not JSON
+            raise ClaimError(f"cannot read {what}: {err}") from None
+        return self.check(obj, namespace, name, uid)
+
+    def check(self, obj: dict[str, Any], namespace: str, name: str, uid: str) -> AllocatedClaim:
+        what = f"claim {namespace}/{name}"
+        got = (obj.get("metadata") or {}).get("uid")
+        if got != uid:
+            raise ClaimError(f"{what}: UID is {got}, not {uid}: the claim was deleted and created again")
+        status = obj.get("status") or {}
+        allocation = status.get("allocation")
+        if not allocation:
+            raise ClaimError(f"{what} is not allocated: the scheduler has not picked its devices")
+        if not status.get("reservedFor"):
+            raise ClaimError(f"{what} is not reserved for any pod (status.reservedFor is empty)")
+        devices = allocation.get("devices") or {}
+        results = tuple(
+            Result(
+                str(r.get("request", "")),
+                str(r.get("pool", "")),
+                str(r.get("device", "")),
+                bool(r.get("adminAccess")),
+            )
+            for r in devices.get("results") or []
+            if r.get("driver") == self.driver_name
+        )
+        if not results:
+            raise ClaimError(f"{what} has no devices of driver {self.driver_name}")
+        return AllocatedClaim(namespace, name, uid, results, tuple(devices.get("config") or []))

@@ -1,0 +1,105 @@
+"""`kubegpu dra`: the DRA driver daemon's command."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Any
+
+import click
+
+from kubegpu.cli.logs import setup_logging
+from kubegpu.cli.params import given_values, setting_options
+from kubegpu.settings.dra_selection import parse_gpu_selection
+from kubegpu.settings.given import value_of
+from kubegpu.settings.kubeconfig import KubeconfigError
+from kubegpu.settings.nvidia_config import ConfigError
+from kubegpu.settings.setting import DRA
+from kubegpu.settings.table import lookup
+
+log = logging.getLogger("kubegpu")
+
+
+@click.command("dra")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@setting_options(DRA)
+def dra_cmd(verbose: bool, **params: Any) -> None:
+    """Run the DRA driver on this node: the node's GPUs through Dynamic Resource Allocation (resource.k8s.io),
+    as a drop-in for NVIDIA's DRA driver (driver gpu.nvidia.com, its flags and env vars).
+
+    It registers with the kubelet's plugin watcher, publishes the GPUs (and static MIG devices) as
+    ResourceSlices, prepares allocated claims (per-claim CDI specs, sharing from the claim's GpuConfig) and
+    taints devices with a critical XID or lost, until recovery clears them.
+    """
+    setup_logging(verbose)
+    try:
+        given = given_values(params, DRA)
+        settings = _settings(given)
+    except (ConfigError, ValueError) as err:
+        log.error("%s", err)
+        sys.exit(1)
+
+    from kubernetes import client
+
+    from kubegpu.dra.daemon import DraDaemon, StartupError
+    from kubegpu.node.health import HealthSettings
+    from kubegpu.node.nvml.backend import load_nvml
+    from kubegpu.node.xids import XidCatalogError
+    from kubegpu.settings.env import DaemonEnv, NvmlSelection
+    from kubegpu.settings.kubeconfig import load_configuration
+
+    try:
+        configuration = load_configuration(settings.kubeconfig)
+    except KubeconfigError as err:
+        where = settings.kubeconfig or "the in-cluster config"
+        log.error(
+            "cannot load %s: %s; set --kubeconfig (KUBECONFIG) to a kubeconfig file, or run in a pod whose "
+            "service account may read resourceclaims and write resourceslices",
+            where,
+            err,
+        )
+        sys.exit(1)
+    try:
+        health = HealthSettings.from_settings(DaemonEnv.from_given(given))
+        api_client = client.ApiClient(configuration)
+        nvml = load_nvml(NvmlSelection.from_given(given, DRA))
+    except (XidCatalogError, ConfigError, ValueError) as err:
+        log.error("%s", err)
+        sys.exit(1)
+    try:
+        code = asyncio.run(DraDaemon(settings, nvml, health, api_client).run())
+    except StartupError as err:
+        log.error("%s", err)
+        sys.exit(1)
+    sys.exit(code)
+
+
+def _settings(given: dict[str, Any]) -> Any:
+    from kubegpu.dra.daemon import DraSettings
+
+    def value(name: str) -> Any:
+        return value_of(given, lookup(DRA, name))
+
+    node_name = str(value("node-name")).strip()
+    if not node_name:
+        raise ConfigError(
+            "--node-name (NODE_NAME) is required: set it to this node's name (the downward API's "
+            "spec.nodeName)"
+        )
+    gpus = str(value("gpus"))
+    try:
+        selection = parse_gpu_selection(gpus)
+    except ValueError as err:
+        raise ConfigError(f"invalid --gpus (KUBEGPU_DRA_GPUS): {err}") from None
+    return DraSettings(
+        node_name=node_name,
+        driver_name=str(value("driver-name")).strip(),
+        selection=selection,
+        cdi_root=value("cdi-root"),
+        registrar_dir=value("kubelet-registrar-directory-path"),
+        plugins_dir=value("kubelet-plugins-directory-path"),
+        kubeconfig=str(value("kubeconfig")),
+        lock_timeout=float(value("lock-timeout")),
+        boot_id_file=value("boot-id-file"),
+    )

@@ -1,0 +1,227 @@
+"""`kubegpu dra`'s lifecycle: discover, serve Prepare before registering, publish, follow health, stop clean.
+
+1. Discover the GPUs (NVML in a thread), keep the ones the `--gpus` selection names.
+2. Load the checkpoint (the claims an earlier process prepared survive a restart), start the DRA service
+   and then the registration socket: the kubelet registers the driver and may call Prepare at once.
+3. Publish the devices through the slice publisher, which keeps them published (the kubelet wipes a
+   node's slices when it restarts).
+4. The health thread (the device plugin's: XID catalog, probes, recovery) writes faults to the daemon's
+   FaultBook; every change re-publishes the devices, an unhealthy one with NVIDIA's taint, a recovered one
+   without it.
+5. SIGTERM/SIGINT: the sockets go, the health thread stops. Prepared claims and their CDI specs stay: the
+   next driver process (a restart, a rolling update) serves them from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pynvml
+from kubernetes import client
+
+from kubegpu.allocation.cdi import CdiOptions
+from kubegpu.allocation.resources import parse_mig_minors
+from kubegpu.common.backoff import Backoff
+from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
+from kubegpu.dra.claim_cdi import ClaimSpecs
+from kubegpu.dra.claims import ClaimReader
+from kubegpu.dra.devices import DraDevice, device_entries, device_table
+from kubegpu.dra.prepare import LOCK_FILE, NodeLock, Preparer
+from kubegpu.dra.publisher import SlicePublisher
+from kubegpu.dra.service import KubeletServers
+from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
+from kubegpu.node.faults import FaultBook
+from kubegpu.node.health import HealthEvent, HealthMonitor, HealthSettings
+from kubegpu.node.inventory import Inventory
+from kubegpu.node.nvml.backend import NvmlBackend
+from kubegpu.settings.dra_selection import GpuSelection
+
+log = logging.getLogger(__name__)
+
+MAX_TASK_FAILURES = 5
+MIG_MINORS_FILE = Path("/proc/driver/nvidia-caps/mig-minors")
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DraSettings:
+    node_name: str
+    driver_name: str
+    selection: GpuSelection
+    cdi_root: Path
+    registrar_dir: Path
+    plugins_dir: Path
+    kubeconfig: str
+    lock_timeout: float
+    boot_id_file: Path
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.plugins_dir / self.driver_name
+
+
+class DraDaemon:
+    def __init__(
+        self,
+        settings: DraSettings,
+        nvml: NvmlBackend,
+        health: HealthSettings,
+        api_client: client.ApiClient,
+    ) -> None:
+        self.settings = settings
+        self.nvml = nvml
+        self.health = health
+        self.api_client = api_client
+        self.faults = FaultBook()  # outlives every health thread
+        self.base = Inventory()
+        self.published: list[dict[str, Any]] | None = None
+        self._changed = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    # ---- what is served ----------------------------------------------------------------------------------
+
+    def served(self) -> Inventory:
+        return self.base.with_gpu_health(self.faults.health())
+
+    def devices(self) -> tuple[Inventory, dict[str, DraDevice]]:
+        inventory = self.served()
+        return inventory, device_table(inventory, self.settings.selection)
+
+    def entries(self) -> list[dict[str, Any]]:
+        return device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        s = self.settings
+        with nvml_session(self.nvml):
+            try:
+                self.base = await asyncio.to_thread(discover, self.nvml)
+            except pynvml.NVMLError as err:
+                raise StartupError(f"cannot discover the GPUs: {explain_nvml_error(err)}") from None
+            table = device_table(self.base, s.selection)
+            unmatched = s.selection.unmatched(self.base.gpus)
+            if unmatched:
+                log.warning("--gpus names GPUs this node does not have: %s", ", ".join(unmatched))
+            log.info(
+                "DRA driver %s on node %s: %d device(s): %s",
+                s.driver_name,
+                s.node_name,
+                len(table),
+                ", ".join(table),
+            )
+
+            checkpoint = Checkpoint(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
+            checkpoint.load()
+            specs = ClaimSpecs(s.cdi_root, s.driver_name, CdiOptions(mig_minors=_mig_minors()))
+            for stale in checkpoint.stale.values():
+                specs.remove(stale.uid)
+            preparer = Preparer(
+                driver_name=s.driver_name,
+                node_name=s.node_name,
+                checkpoint=checkpoint,
+                specs=specs,
+                reader=ClaimReader(self.api_client, s.driver_name),
+                lock=NodeLock(s.plugin_dir / LOCK_FILE, s.lock_timeout),
+                devices=self.devices,
+            )
+            servers = KubeletServers(
+                preparer, driver_name=s.driver_name, registrar_dir=s.registrar_dir, plugins_dir=s.plugins_dir
+            )
+            publisher = SlicePublisher(self.api_client, driver_name=s.driver_name, node_name=s.node_name)
+            self._install_signals()
+            await servers.start()
+            self._publish(publisher)
+            tasks = [
+                asyncio.create_task(self._supervised("slice publisher", publisher.run), name="publisher"),
+                asyncio.create_task(self._supervised("health thread", self._run_monitor), name="health"),
+                asyncio.create_task(
+                    self._supervised("health reports", lambda: self._follow(publisher)), name="follow"
+                ),
+            ]
+            stop = asyncio.create_task(self._stop.wait())
+            done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            failed = next((t for t in done if t is not stop and t.exception() is not None), None)
+            log.info("stopping")
+            await servers.stop()
+            await publisher.stop()
+            for task in (*tasks, stop):
+                task.cancel()
+            await asyncio.gather(*tasks, stop, return_exceptions=True)
+            return 1 if failed is not None else 0
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._stop.set)
+
+    def _publish(self, publisher: SlicePublisher) -> None:
+        entries = self.entries()
+        if entries != self.published:
+            tainted = [e["name"] for e in entries if e.get("taints")]
+            log.info(
+                "publishing %d device(s)%s",
+                len(entries),
+                f"; tainted: {', '.join(tainted)}" if tainted else "",
+            )
+            self.published = entries
+            publisher.update(entries)
+
+    async def _follow(self, publisher: SlicePublisher) -> None:
+        """Re-publish on every health change (a restarted task first catches up)."""
+        while True:
+            self._changed.clear()
+            self._publish(publisher)
+            await self._changed.wait()
+
+    async def _run_monitor(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def emit(events: Sequence[HealthEvent]) -> None:
+            if events:
+                with contextlib.suppress(RuntimeError):  # the loop closed: stopping
+                    loop.call_soon_threadsafe(self._changed.set)
+
+        monitor = HealthMonitor(self.nvml.nvml, self.base, self.health, emit, faults=self.faults)
+        try:
+            await asyncio.to_thread(monitor.start)
+            await asyncio.wrap_future(monitor.finished)
+            raise RuntimeError("the NVML health thread ended without being stopped")
+        finally:
+            await asyncio.to_thread(monitor.stop)
+
+    async def _supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        """Restart a failed background task after a back-off; give up (the daemon exits 1, the DaemonSet
+        restarts it) after MAX_TASK_FAILURES failures in a row."""
+        backoff = Backoff(initial=1.0, maximum=30.0)
+        failures = 0
+        while True:
+            try:
+                await run()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures += 1
+                log.exception("%s failed (%d in a row)", name, failures)
+                if failures >= MAX_TASK_FAILURES:
+                    raise
+                await asyncio.sleep(backoff.next_delay())
+
+
+def _mig_minors() -> dict[str, int]:
+    try:
+        return parse_mig_minors(MIG_MINORS_FILE.read_text())
+    except (OSError, ValueError):
+        return {}  # MIG devices get their parent's device node only

@@ -1,0 +1,113 @@
+"""What NVIDIA's DRA driver (gpu.nvidia.com) publishes and ships, for `lint` and `explain` to check claims
+and classes against (docs/reference/dra.md, section 2.4), and where a CEL selector reads device attributes.
+
+Selectors name attributes as `device.attributes["<domain>"].<name>` (or `["<name>"]`), capacities as
+`device.capacity["<domain>"].<name>`, and test presence with `"<name>" in device.attributes["<domain>"]`.
+A name the driver does not publish is a CEL runtime error ("no such key") on every device, so the claim
+never allocates: the scheduler reports the error instead of a fit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+DRA_KINDS = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
+STANDARD_DOMAIN = "resource.kubernetes.io"
+
+# Full GPUs, MIG devices (which repeat the parent's), VFIO passthrough devices.
+NVIDIA_ATTRIBUTES = frozenset(
+    {
+        "type",
+        "uuid",
+        "productName",
+        "brand",
+        "architecture",
+        "cudaComputeCapability",
+        "driverVersion",
+        "cudaDriverVersion",
+        "addressingMode",
+        "parentUUID",
+        "profile",
+        "deviceID",
+        "vendorID",
+        "numa",
+        "iommuFDEnabled",
+    }
+)
+NVIDIA_CAPACITIES = frozenset(
+    {
+        "memory",
+        "multiprocessors",
+        "copyEngines",
+        "decoders",
+        "encoders",
+        "jpegEngines",
+        "ofaEngines",
+        "addressableMemory",
+    }
+)
+_MEMORY_SLICE = re.compile(r"memorySlice\d+")
+STANDARD_ATTRIBUTES = frozenset({"pciBusID", "pcieRoot"})
+
+# Names NVIDIA published once and removed (September 2025): selectors copied from older examples use them.
+RETIRED = {
+    "index": "NVIDIA's DRA driver stopped publishing `index` (it is not stable across reboots)",
+    "minor": "NVIDIA's DRA driver stopped publishing `minor` (the minor number lives only in the device "
+    "name, gpu-<minor>)",
+}
+
+# NVIDIA's DeviceClasses (its chart's, and this chart's with dra.enabled).
+NVIDIA_CLASSES = {
+    f"{kind}.nvidia.com": f"device.driver == '{NVIDIA_DRIVER}' && "
+    f"device.attributes['{NVIDIA_DRIVER}'].type == '{kind}'"
+    for kind in ("gpu", "mig")
+}
+
+_Q = r"""(?:"([^"\\]*)"|'([^'\\]*)')"""
+_ACCESS = re.compile(
+    rf"device\s*\.\s*(attributes|capacity)\s*\[\s*{_Q}\s*\]\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*{_Q}\s*\])"
+)
+_PRESENCE = re.compile(rf"{_Q}\s+in\s+device\s*\.\s*(attributes|capacity)\s*\[\s*{_Q}\s*\]")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One attribute or capacity a selector reads."""
+
+    what: str  # "attributes" or "capacity"
+    domain: str
+    name: str
+
+    def __str__(self) -> str:
+        return f'device.{self.what}["{self.domain}"].{self.name}'
+
+
+def references(expression: str) -> list[Reference]:
+    """The attributes and capacities `expression` names, in order, each once."""
+    found: list[Reference] = []
+    for m in _ACCESS.finditer(expression):
+        what, domain = m.group(1), m.group(2) if m.group(2) is not None else m.group(3)
+        name = m.group(4) or (m.group(5) if m.group(5) is not None else m.group(6))
+        found.append(Reference(what, domain, name))
+    for m in _PRESENCE.finditer(expression):
+        name = m.group(1) if m.group(1) is not None else m.group(2)
+        domain = m.group(4) if m.group(4) is not None else m.group(5)
+        found.append(Reference(m.group(3), domain, name))
+    return list(dict.fromkeys(found))
+
+
+def published(ref: Reference, driver: str, extra: frozenset[str] = frozenset()) -> bool | None:
+    """Whether `driver` (NVIDIA's DRA driver under that name) publishes `ref`; None when the domain is
+    neither the driver's nor the standard one, so nothing is known. `extra`: names seen in the cluster's
+    ResourceSlices for that domain."""
+    if ref.name in extra:
+        return True
+    if ref.domain == STANDARD_DOMAIN:
+        return ref.what == "attributes" and ref.name in STANDARD_ATTRIBUTES
+    if ref.domain != driver:
+        return None
+    if ref.what == "attributes":
+        return ref.name in NVIDIA_ATTRIBUTES
+    return ref.name in NVIDIA_CAPACITIES or _MEMORY_SLICE.fullmatch(ref.name) is not None

@@ -1,0 +1,288 @@
+"""`kubegpu explain` for a pod with DRA claims: the scheduler's DynamicResources filter, node by node.
+
+The pod's claims come from the snapshot (a claim by name; for a template, the claim the resourceclaim
+controller made, named in the pod's status, or else the claim it would make). On every node that passes
+the other filters, the structured allocator (resourceapi) runs for the claims not yet allocated, with the
+devices other claims hold taken; a node where it finds no allocation is rejected with the scheduler's words
+("cannot allocate all claims"), and the account says, per request, which selector or taint ruled out
+which device and how many are left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubegpu.resourceapi import (
+    DeviceClass,
+    ModelError,
+    NodeAccount,
+    ResourceClaim,
+    ResourceSlice,
+    explain,
+    holders,
+    parse_claim,
+    parse_class,
+    parse_slice,
+)
+from kubegpu.resourceapi import Node as DraNode
+from kubegpu.resourceapi.explain import AVAILABLE, IN_USE
+from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES
+from kubegpu.toolkit.model import Node, Pod
+from kubegpu.toolkit.scheduling import Outcome, Rejection
+from kubegpu.toolkit.snapshot import Snapshot
+
+DYNAMIC_RESOURCES = "DynamicResources"
+MAX_DEVICES_LISTED = 8  # per request and node, in the human output; JSON has them all
+SNAPSHOT_HINT = (
+    "add them to the snapshot: kubectl get nodes,pods,daemonsets,runtimeclasses,resourceslices,"
+    "resourceclaims,resourceclaimtemplates,deviceclasses -A -o json"
+)
+
+
+@dataclass
+class DraRequestRow:
+    claim: str
+    request: str
+    device_class: str
+    wanted: str
+    available: int
+    ruled_out: dict[str, int]  # verdict -> devices
+    devices: list[str]  # one line per device that is not available: "<device>: <verdict> (<detail>)"
+
+
+@dataclass
+class DraNodeRow:
+    node: str
+    fits: bool
+    summary: str
+    pools: list[str]
+    requests: list[DraRequestRow]
+    allocation: list[str] = field(default_factory=list)  # where it fits: "<claim> <request>: <device>"
+
+
+@dataclass
+class DraExplanation:
+    claims: list[dict[str, str]]  # pod claim name, ResourceClaim, state (allocated, pending, from template)
+    nodes: list[DraNodeRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # nodes where the claims would fit if the claims holding devices there released them
+    free_to_fit: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "claims": self.claims,
+            "free_to_fit": self.free_to_fit,
+            "nodes": [
+                {
+                    "node": n.node,
+                    "fits": n.fits,
+                    "summary": n.summary,
+                    "pools": n.pools,
+                    "requests": [vars(r) for r in n.requests],
+                    "allocation": n.allocation,
+                }
+                for n in self.nodes
+            ],
+            "notes": self.notes,
+        }
+
+
+def _parsed(raw: Iterable[dict[str, Any]], parse: Any, notes: list[str], what: str) -> list[Any]:
+    out = []
+    for obj in raw:
+        try:
+            out.append(parse(obj))
+        except ModelError as err:
+            notes.append(f"a {what} in the snapshot cannot be read and is left out: {err}")
+    return out
+
+
+def _from_template(template: dict[str, Any], pod: Pod, claim_name: str) -> dict[str, Any]:
+    """The claim the resourceclaim controller makes for one pod claim (its name is generated; this one
+    is the pod's name and the claim's, as the controller's generateName starts)."""
+    spec = template.get("spec") or {}
+    return {
+        "apiVersion": template.get("apiVersion"),
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"{pod.metadata.name}-{claim_name}", "namespace": pod.metadata.namespace},
+        "spec": spec.get("spec") if isinstance(spec, dict) else None,
+    }
+
+
+def _find(snapshot: Snapshot, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    for obj in snapshot.dra_objects(kind):
+        meta = obj.get("metadata") or {}
+        if meta.get("name") == name and meta.get("namespace", "") == namespace:
+            return obj
+    return None
+
+
+def pod_claims(
+    snapshot: Snapshot, pod: Pod, notes: list[str]
+) -> tuple[list[ResourceClaim], list[dict[str, str]]]:
+    """The pod's claims (allocated or not) and a line per pod claim saying where it came from."""
+    namespace = pod.metadata.namespace
+    generated = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
+    claims: list[ResourceClaim] = []
+    rows: list[dict[str, str]] = []
+    for pod_claim in pod.spec.resource_claims or []:
+        raw: dict[str, Any] | None = None
+        if pod_claim.resource_claim_name:
+            claim_name, state = pod_claim.resource_claim_name, "claim"
+            raw = _find(snapshot, "ResourceClaim", namespace, claim_name)
+        elif generated.get(pod_claim.name):
+            claim_name, state = str(generated[pod_claim.name]), "from template"
+            raw = _find(snapshot, "ResourceClaim", namespace, claim_name)
+        else:
+            template_name = pod_claim.resource_claim_template_name or ""
+            template = _find(snapshot, "ResourceClaimTemplate", namespace, template_name)
+            claim_name, state = f"{pod.metadata.name}-{pod_claim.name}", "to be made from template"
+            if template is not None:
+                raw = _from_template(template, pod, pod_claim.name)
+                notes.append(
+                    f"pod claim {pod_claim.name!r}: no ResourceClaim was made from template "
+                    f"{template_name!r} yet; explained as the claim the resourceclaim controller would make"
+                )
+            else:
+                claim_name = template_name
+        if raw is None:
+            what = "ResourceClaim" if state != "to be made from template" else "ResourceClaimTemplate"
+            rows.append({"name": pod_claim.name, "claim": claim_name, "state": "missing", "kind": what})
+            notes.append(
+                f"pod claim {pod_claim.name!r}: {what} {namespace}/{claim_name} is not in the snapshot; the "
+                f"scheduler waits for it ({SNAPSHOT_HINT} if it exists)"
+            )
+            continue
+        try:
+            claim = parse_claim(raw)
+        except ModelError as err:
+            rows.append({"name": pod_claim.name, "claim": claim_name, "state": "unreadable"})
+            notes.append(f"pod claim {pod_claim.name!r}: {err}")
+            continue
+        allocated = claim.allocation is not None
+        rows.append(
+            {
+                "name": pod_claim.name,
+                "claim": claim.ref,
+                "state": "allocated" if allocated else f"pending ({state})",
+            }
+        )
+        claims.append(claim)
+    return claims, rows
+
+
+def _classes(snapshot: Snapshot, notes: list[str]) -> list[DeviceClass]:
+    if "DeviceClass" in snapshot.dra:
+        return _parsed(snapshot.dra_objects("DeviceClass"), parse_class, notes, "DeviceClass")
+    notes.append(
+        "the snapshot lists no DeviceClasses, so NVIDIA's gpu.nvidia.com and mig.nvidia.com are assumed; "
+        + SNAPSHOT_HINT
+    )
+    return [
+        parse_class({"metadata": {"name": n}, "spec": {"selectors": [{"cel": {"expression": e}}]}})
+        for n, e in NVIDIA_CLASSES.items()
+    ]
+
+
+def _row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
+    requests = []
+    for r in account.requests:
+        ruled_out: dict[str, int] = {}
+        for v in r.verdicts:
+            if v.verdict != AVAILABLE:
+                ruled_out[v.verdict] = ruled_out.get(v.verdict, 0) + 1
+        requests.append(
+            DraRequestRow(
+                r.claim,
+                r.request,
+                r.device_class,
+                r.wanted,
+                r.matching,
+                ruled_out,
+                [str(v) for v in r.verdicts if v.verdict != AVAILABLE],
+            )
+        )
+    pools = [
+        f"{p.id} (generation {p.generation}, {p.devices} device(s)"
+        + (", incomplete" if p.incomplete else "")
+        + (f", invalid: {p.invalid_reason}" if p.invalid_reason else "")
+        + ")"
+        for p in account.pools
+    ]
+    allocation = [
+        f"{claim.ref} {r.get('request')}: {r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+        for claim, result in zip(pending, account.allocation or [], strict=False)
+        for r in (result.get("devices") or {}).get("results") or []
+    ]
+    return DraNodeRow(account.node, account.fits, account.summary, pools, requests, allocation)
+
+
+def dra_filter(
+    snapshot: Snapshot, pod: Pod, outcome: Outcome, nodes: dict[str, Node]
+) -> DraExplanation | None:
+    """Run DynamicResources on the nodes `outcome` still finds feasible, moving those where the claims
+    cannot be allocated into its rejections; None for a pod without claims."""
+    if not pod.spec.resource_claims:
+        return None
+    notes: list[str] = []
+    claims, rows = pod_claims(snapshot, pod, notes)
+    result = DraExplanation(claims=rows, notes=notes)
+    missing = [r for r in rows if r["state"] == "missing" and r["kind"] == "ResourceClaim"]
+    if missing:
+        # The scheduler's PreFilter cannot get the claim and answers with the lister's NotFound error.
+        message = f'resourceclaim.resource.k8s.io "{missing[0]["claim"]}" not found'
+        outcome.prefilter_message = message
+        for name in outcome.feasible:
+            outcome.rejections[name] = Rejection(DYNAMIC_RESOURCES, (message,))
+        outcome.feasible = []
+    if any(r["state"] in ("missing", "unreadable") for r in rows):
+        return result  # nothing to allocate against
+    pending = [c for c in claims if c.allocation is None]
+    if not pending:
+        notes.append("every claim of the pod is allocated already; the scheduler only checks their nodes")
+        return result
+    if "ResourceSlice" not in snapshot.dra:
+        notes.append(f"the snapshot lists no ResourceSlices, so no node offers a device; {SNAPSHOT_HINT}")
+    slices: list[ResourceSlice] = _parsed(
+        snapshot.dra_objects("ResourceSlice"), parse_slice, notes, "ResourceSlice"
+    )
+    classes = _classes(snapshot, notes)
+    mine = {c.ref for c in claims}
+    others = _parsed(
+        (
+            o
+            for o in snapshot.dra_objects("ResourceClaim")
+            if f"{(o.get('metadata') or {}).get('namespace', '')}/{(o.get('metadata') or {}).get('name', '')}"
+            not in mine
+        ),
+        parse_claim,
+        notes,
+        "ResourceClaim",
+    )
+    held = holders(others)
+    candidates = [DraNode(name, dict(nodes[name].metadata.labels or {})) for name in outcome.feasible]
+    feasible = []
+    accounts = {}
+    for account in explain(pending, classes, slices, candidates, held_by=held):
+        accounts[account.node] = account
+        result.nodes.append(_row(account, pending))
+        if account.fits:
+            feasible.append(account.node)
+        else:
+            outcome.rejections[account.node] = Rejection(
+                DYNAMIC_RESOURCES, (account.summary,), resolvable=True
+            )
+    outcome.feasible = feasible
+    rejected = [
+        DraNode(a.node, dict(nodes[a.node].metadata.labels or {})) for a in result.nodes if not a.fits
+    ]
+    if not feasible and rejected and held:
+        # What if the other claims let go: the nodes that fit then, and who holds what there.
+        for account in explain(pending, classes, slices, rejected):
+            if account.fits:
+                verdicts = (v for r in accounts[account.node].requests for v in r.verdicts)
+                holding = sorted({held[v.device] for v in verdicts if v.verdict == IN_USE})
+                result.free_to_fit.append({"node": account.node, "held_by": holding})
+    return result
