@@ -128,6 +128,7 @@ def main() -> int:
         "toolkit_bench": [],
         "hostile_config_bench": ["--runs", "3"],
         "slice_publish": ["--rounds", "60"],
+        "dra_explain_bench": ["--nodes", "1000"],
     }
     rows: list[Row] = []
     failed = False
