@@ -57,7 +57,10 @@ class EventSet:
     registered: dict[int, tuple[int, int]] = field(default_factory=dict)  # gpu -> (event types, since offset)
     pending: collections.deque[EventRecord] = field(default_factory=collections.deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    log_watch: Inotify | None = None  # wakes the wait when the events log changes
+    # Wakes the wait when the events log changes. Closed by nvmlEventSetFree (the waiting thread frees its
+    # own set) or when the set is garbage collected, never under a wait in another thread: a closed fd
+    # number can be reused by a socket before that wait reads it.
+    log_watch: Inotify | None = None
 
     def sleep(self, seconds: float) -> None:
         """Until the events log changes or `seconds` pass (polling when inotify is unavailable)."""
@@ -143,12 +146,6 @@ class EventCalls(DeviceTable):
         self._event_set(eventSet)
         with self._lock:
             self._event_sets.pop(event_set_serial(eventSet)).close()
-
-    def _close_event_sets(self) -> None:
-        """At the last nvmlShutdown: event sets are gone with NVML (the caller holds `_lock`)."""
-        for event_set in self._event_sets.values():
-            event_set.close()
-        self._event_sets.clear()
 
     def _next_event(self, event_set: EventSet) -> EventRecord | None:
         with event_set.lock:
