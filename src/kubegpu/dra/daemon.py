@@ -46,6 +46,7 @@ from kubegpu.settings.dra_selection import GpuSelection
 log = logging.getLogger(__name__)
 
 MAX_TASK_FAILURES = 5
+CLEANUP_PERIOD_S = 600.0  # how often to look for prepared claims whose ResourceClaim is gone
 MIG_MINORS_FILE = Path("/proc/driver/nvidia-caps/mig-minors")
 
 
@@ -154,6 +155,10 @@ class DraDaemon:
                 asyncio.create_task(
                     self._supervised("health reports", lambda: self._follow(publisher)), name="follow"
                 ),
+                asyncio.create_task(
+                    self._supervised("checkpoint cleanup", lambda: _clean_up_forever(preparer)),
+                    name="cleanup",
+                ),
             ]
             stop = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -224,6 +229,12 @@ class DraDaemon:
                 if failures >= MAX_TASK_FAILURES:
                     raise
                 await asyncio.sleep(backoff.next_delay())
+
+
+async def _clean_up_forever(preparer: Preparer) -> None:
+    while True:
+        await asyncio.sleep(CLEANUP_PERIOD_S)
+        await preparer.clean_up()
 
 
 def _mig_minors() -> dict[str, int]:
