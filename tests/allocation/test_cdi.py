@@ -52,11 +52,12 @@ def fake_driver_root(root: Path) -> Path:
         "nvidia-uvm",
         "nvidia0",
         "gdrdrv",
-        "nvidia-caps-imex-channels/channel0",
         "infiniband/uverbs0",
         "infiniband/rdma_cm",
     ):
         (dev / node).write_bytes(b"")
+    # The IMEX channel must be a character device (a plain file is no channel): a link to one.
+    (dev / "nvidia-caps-imex-channels/channel0").symlink_to("/dev/null")
     return root
 
 

@@ -422,6 +422,10 @@ def test_device_taints_are_dropped_when_the_gate_is_off() -> None:
     with ApiServerSim() as api:
         stored = api.create("resourceslices", tainted)
         assert stored["spec"]["devices"][0]["taints"][0]["value"] == "79"
+    # 1.32 has no device taints at all (they came in 1.33): an unknown field, dropped
+    with ApiServerSim(resource_versions=("v1beta1",), kubernetes_version="1.32.4") as api:
+        stored = api.create("resourceslices", tainted)
+        assert "taints" not in stored["spec"]["devices"][0]
 
 
 def test_dry_run_validates_without_storing(k8s: client.ApiClient) -> None:

@@ -357,3 +357,27 @@ async def test_a_node_deleted_and_registered_again_gets_its_slices_back_under_th
     new_uid = api.add_node(NODE)["metadata"]["uid"]
     await eventually(lambda: len(slices_of(api)) == 1)
     assert slices_of(api)[0]["metadata"]["ownerReferences"][0]["uid"] == new_uid
+
+
+async def test_a_server_that_stops_serving_v1_is_asked_again(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "kubegpu.dra.publisher")
+    with ApiServerSim(resource_versions=("v1", "v1beta1")) as api:
+        api.add_node(NODE)
+        async with Running(api) as publisher:
+            publisher.update([gpu(0)])
+            await eventually(lambda: generations(api) == {1})
+            api.served["resource.k8s.io"] = ("v1beta1",)  # a downgrade to 1.32's API
+            publisher.update([gpu(0), gpu(1)])
+            await eventually(lambda: pool_devices(api) == ["gpu-0", "gpu-1"])
+            assert publisher.version == "v1beta1"
+            assert len(slices_of(api)) == 1  # the same slice, taken over in the other version
+    assert "publishing ResourceSlices through resource.k8s.io/v1beta1" in caplog.messages
+
+
+async def test_a_132_server_has_no_device_taints_so_a_tainted_device_leaves_the_slice() -> None:
+    with ApiServerSim(resource_versions=("v1beta1",), kubernetes_version="1.32.4") as api:
+        api.add_node(NODE)
+        async with Running(api) as publisher:
+            publisher.update([gpu(0), gpu(1, taint="gpu-lost")])
+            await eventually(lambda: len(slices_of(api)) == 1)
+            assert pool_devices(api) == ["gpu-0"] and publisher.taints_served is False

@@ -6,8 +6,10 @@ field -> error; the quantity and semver libraries; cel.bind) with the values wri
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubegpu.resourceapi.cel import CelError, compile_error, compile_selector, device_activation
@@ -132,3 +134,62 @@ def test_quantities_compare_by_value_across_units(mib: int) -> None:
     assert compile_selector(f'device.capacity["d"].memory == quantity("{mib * 1024}Ki")').matches(activation)
     bigger = f'device.capacity["d"].memory.isLessThan(quantity("{mib * 1024 * 1024 + 1}"))'
     assert compile_selector(bigger).matches(activation)
+
+
+# --- the per-device memo: devices equal in what a selector reads get the answer without evaluating ------
+
+MEMO_SELECTORS = [
+    'device.attributes["gpu.nvidia.com"].productName == "NVIDIA A100-SXM4-80GB"',
+    'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+    "device.attributes['gpu.nvidia.com'].cudaComputeCapability.isGreaterThan(semver('8.0.0'))",
+    '"profile" in device.attributes["gpu.nvidia.com"] && device.driver == "gpu.nvidia.com"',
+    'device.attributes["gpu.nvidia.com"].index == 0',  # not published: a CEL error, remembered too
+    'device.attributes["gpu.nvidia.com"].exists(k, k == "uuid")',  # reads the whole map: never memoized
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    picks=st.lists(
+        st.tuples(
+            st.sampled_from(MEMO_SELECTORS),
+            st.sampled_from(["NVIDIA A100-SXM4-80GB", "Tesla T4"]),
+            st.sampled_from(["16Gi", "40Gi", "80Gi"]),
+            st.sampled_from(["7.5.0", "8.0.0", "9.0.0"]),
+            st.booleans(),
+            st.integers(0, 7),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_memoized_answers_equal_fresh_evaluation(picks: list[tuple[str, str, str, str, bool, int]]) -> None:
+    from kubegpu.resourceapi.cel import Selector
+
+    for expression, product, memory, cc, mig, minor in picks:
+        attributes: dict[str, Any] = {
+            "productName": {"string": product},
+            "uuid": {"string": f"GPU-{minor}"},
+            "cudaComputeCapability": {"version": cc},
+        }
+        if mig:
+            attributes["profile"] = {"string": "1g.10gb"}
+        activation = device_activation("gpu.nvidia.com", attributes, {"memory": {"value": memory}})
+        memoized = compile_selector(expression)
+        fresh = Selector(expression, memoized._program)  # no projection: always evaluates
+        try:
+            want: bool | str = fresh.matches(activation)
+        except CelError as err:
+            want = str(err)
+        try:
+            got: bool | str = memoized.matches(activation)
+        except CelError as err:
+            got = str(err)
+        assert got == want, (expression, product, memory, cc, mig)
+
+
+def test_only_selectors_that_read_named_values_are_memoized() -> None:
+    assert compile_selector(MEMO_SELECTORS[0])._reads == (("attributes", "gpu.nvidia.com", "productName"),)
+    assert compile_selector(MEMO_SELECTORS[3])._reads == (("attributes", "gpu.nvidia.com", "profile"),)
+    assert compile_selector(MEMO_SELECTORS[5])._reads is None
+    assert compile_selector("true")._reads == ()

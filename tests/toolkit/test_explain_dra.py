@@ -222,6 +222,19 @@ def test_a_missing_claim_stops_the_scheduler_before_any_node(tmp_path: Path) -> 
     )
 
 
+def test_a_missing_template_means_no_claim_is_ever_made(tmp_path: Path) -> None:
+    items = cluster(pod([{"name": "gpu", "resourceClaimTemplateName": "gpu-80gi"}]))
+    code, report = run(tmp_path, items, "--json")
+    assert code == 1
+    assert report["message"] == '0/2 nodes are available: pod "ml/train": ResourceClaim not created yet.'
+    assert report["dra"]["claims"] == [
+        {"name": "gpu", "claim": "gpu-80gi", "state": "missing", "kind": "ResourceClaimTemplate"}
+    ]
+    assert any(
+        n.startswith("pod claim 'gpu': ResourceClaimTemplate ml/gpu-80gi is not in") for n in report["notes"]
+    )
+
+
 def test_human_output_lists_each_device_and_why(tmp_path: Path) -> None:
     items = cluster(template(), holder(), pod([{"name": "gpu", "resourceClaimTemplateName": "gpu-40gi"}]))
     code, out = run(tmp_path, items)

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubegpu.toolkit.cli import lint
@@ -332,6 +332,7 @@ NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
 DOMAINS = st.sampled_from(["gpu.nvidia.com", "resource.kubernetes.io", "dra.example.com"])
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a shared CI machine stalls
 @given(
     what=st.sampled_from(["attributes", "capacity"]),
     domain=DOMAINS,
@@ -350,3 +351,31 @@ def test_every_way_of_naming_an_attribute_is_found(
     else:
         text = f"{q}{name}{q} in device.{what}[{q}{domain}{q}]"
     assert references(f"true && {text} || false") == [Reference(what, domain, name)]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.sampled_from(["gpu.nvidia.com"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["devices", "requests", "exactly", "selectors", "cel", "expression", "name",
+                         "deviceClassName", "count", "firstAvailable", "spec", "allocationMode"]),
+        inner,
+        max_size=4,
+    ),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)  # each example compiles CEL and composes YAML: ~0.3 s
+@given(kind=st.sampled_from(["ResourceClaim", "ResourceClaimTemplate", "DeviceClass"]), spec=JSON)
+def test_lint_reads_any_shape_of_dra_object_without_crashing(kind: str, spec: Any) -> None:
+    """Whatever a hand-written object holds where a claim's fields go, lint answers with findings (or none),
+    never a traceback; the API server's own validation is what refuses the shape."""
+    from kubegpu.toolkit.lint import lint as run_lint
+    from kubegpu.toolkit.manifests import parse_text
+
+    doc = {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": {"name": "x", "namespace": "ml"}}
+    doc["spec"] = spec
+    findings = run_lint(parse_text(json.dumps(doc), "x.json"))
+    assert all(f.rule in ("KG017", "KG018", "KG019") for f in findings)

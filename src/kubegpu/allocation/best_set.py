@@ -4,10 +4,12 @@ The preference between sets (`selection_key`: own score, then leftover score, th
 folded into one integer per set (`_Objective`), so the optimum is unique; the search starts from a greedy
 set improved by swaps, prunes with a bound that credits each GPU half of its best partners' scores,
 searches the smaller side (the GPUs to take or the GPUs to leave out), and takes GPUs with identical
-links (twins: one PCIe switch, one NVSwitch and NUMA node) in order. Up to 16 candidates it always runs
-to the proven optimum (about 1 ms at worst for 16 GPUs on a small machine); beyond that it has a node
-budget, and a result not proven optimal is logged. The tests and the benchmark hold `best_set` to the
-oracle, `exhaustive_best_set`.
+links (twins: one PCIe switch, one NVSwitch and NUMA node) in order. Larger interchangeable groups (two
+switch pairs under one root port, two NUMA halves: `symmetry.py`) are pruned the same way: of sets that a
+swap of such groups maps into each other only the lowest-indexed can win, so the others are skipped.
+Twins and groups are worked out only once the search branches. Up to 16 candidates it always runs to the
+proven optimum; beyond that it has a node budget, and a result not proven optimal is logged. The tests and
+the benchmark hold `best_set` to the oracle, `exhaustive_best_set`.
 """
 
 from __future__ import annotations

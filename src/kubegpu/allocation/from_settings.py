@@ -13,9 +13,19 @@ from pathlib import Path
 from kubegpu.allocation.allocate import AllocateOptions
 from kubegpu.allocation.cdi import CdiOptions, nonempty_modes
 from kubegpu.allocation.resources import ResourceOptions, parse_mig_minors
-from kubegpu.node.driverfiles import CONTROL_DEVICES, imex_channels
+from kubegpu.node.driverfiles import CONTROL_DEVICES, ImexChannelError, imex_channels
 from kubegpu.settings.choices import DEFAULT_ANNOTATION_PREFIX
 from kubegpu.settings.plugin import PluginSettings
+
+
+def imex_problem(settings: PluginSettings) -> str | None:
+    """Why the daemon would refuse to start over its IMEX channels (a required one missing or not a
+    character device), or None. The daemon checks them whether or not it finds GPUs."""
+    try:
+        allocate_options(settings)
+    except ImexChannelError as err:
+        return str(err)
+    return None
 
 
 def allocate_options(settings: PluginSettings) -> AllocateOptions:

@@ -22,7 +22,7 @@ apply (415), pagination (`limit` is ignored, which the real server may also do),
 aggregated discovery, managedFields, the resourceclaim and garbage-collector controllers' delays (the
 collector runs synchronously at the owner's deletion), graceful deletion of pods (there are no pods), and
 feature gates other than DRADeviceTaints (when off, device taints are dropped on write, as a 1.34 server
-with the gate off drops them).
+with the gate off drops them; a 1.32 server, which has no taints field, drops them too).
 
 Every response closes its connection, so a stopped server is really unreachable (no kept-alive socket
 keeps serving). Requests are recorded for assertions.
@@ -285,8 +285,15 @@ class ApiServerSim:
 
     # ---- feature gates ---------------------------------------------------------------------------
 
+    @property
+    def _serves_device_taints(self) -> bool:
+        # Device taints came in 1.33 (alpha, KEP-5055); a 1.32 server has no such field and drops it as an
+        # unknown one, whatever the gate says.
+        minor = int(self.kubernetes_version.split(".")[1])
+        return bool(self.feature_gates.get("DRADeviceTaints")) and minor >= 33
+
     def _drop_disabled_fields(self, kind: ResourceKind, obj: Obj) -> None:
-        if kind is RESOURCE_SLICES and not self.feature_gates.get("DRADeviceTaints"):
+        if kind is RESOURCE_SLICES and not self._serves_device_taints:
             for device in (obj.get("spec") or {}).get("devices") or []:
                 if isinstance(device, dict):
                     device.pop("taints", None)

@@ -103,8 +103,9 @@ def print_table(
 ) -> None:
     """Rows as a table on a terminal (wrapping only between words), else one plain line per row.
 
-    `plain` makes a row's line (default: the cells joined by two spaces, the header first); the same
-    lines are used on a terminal too narrow for the table's longest words.
+    `plain` makes a row's line, which then says by itself what it is (default: the title and the header,
+    then the cells joined by tabs); the same lines are used on a terminal too narrow for the
+    table's longest words.
     """
     if rows and out.is_terminal and _fits(out.width, columns, rows):
         from rich.table import Table
@@ -120,11 +121,9 @@ def print_table(
         return
     if not rows:
         return
-    lines = [plain(row) if plain else "  ".join(_plain(c) for c in row) for row in rows]
-    if title:
-        lines.insert(0, f"{title}:")
-    if plain is None:
-        lines.insert(1 if title else 0, "  ".join(columns))
+    lines = [plain(row) if plain else "\t".join(_plain(c) for c in row) for row in rows]
+    if plain is None:  # generic rows, tab-separated (`cut -f`): the title and the header say what they are
+        lines[:0] = [f"{title}:", "\t".join(columns)] if title else ["\t".join(columns)]
     for line in lines:
         print_line(out, line)
 

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from kubegpu.allocation.from_settings import allocate_options, resource_options
+from kubegpu.allocation.from_settings import imex_problem, resource_options
 from kubegpu.allocation.resources import ResourceError, build_resources
 from kubegpu.common import output
 from kubegpu.common.files import FileProblem, decode_text, read_bytes
@@ -27,7 +27,6 @@ from kubegpu.configcheck.sources import PLAIN, VALUES, Named, Source, classify
 from kubegpu.configmanager.errors import ConfigManagerError
 from kubegpu.configmanager.selection import EMPTY_CONFIG, select_config
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
-from kubegpu.node.driverfiles import ImexChannelError
 from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.settings.env import NvmlSelection
 from kubegpu.settings.given import FlagValue
@@ -75,6 +74,9 @@ def check(flags: dict[str, FlagValue], profile: str | None) -> CheckReport:
         return report
     report.settings = settings.effective
     report.warnings.extend(settings.warnings)
+    if problem := imex_problem(settings):  # the daemon refuses to start over it, with or without GPUs
+        report.errors.append(problem)
+        return report
     try:
         backend = load_nvml(NvmlSelection.fake(profile) if profile else settings.env.nvml)
     except ValueError as err:  # an unknown or broken profile
@@ -96,9 +98,8 @@ def check(flags: dict[str, FlagValue], profile: str | None) -> CheckReport:
         report.warnings.append("no GPUs found: the plugin would start, advertising nothing until GPUs appear")
         return report
     try:
-        allocate_options(settings)  # the daemon's next step: a required IMEX channel must exist here
         resources = build_resources(inventory, resource_options(settings))
-    except (ResourceError, ImexChannelError) as err:
+    except ResourceError as err:
         report.errors.append(str(err))
         return report
     for resource in resources:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,8 @@ CHART_MPS_ROOT = "/run/nvidia/mps"
 _KEY_CHARS = frozenset("-._abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A top-level `kind:` (a Kubernetes object or List) or `config:` (the chart's values) at a line's start.
+_WRAPPED = re.compile(r"^(?:kind|config)\s*:", re.M)
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,12 @@ class Source:
 
 def classify(text: str, file: str) -> Source:
     """The configs `text` holds. A file that is none of the wrapped shapes is a plain config."""
+    if not _WRAPPED.search(text):
+        return Source(PLAIN)  # most files: read once, by the plugin's own bounded loader
     try:
         documents = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
-    except yaml.YAMLError:
-        return Source(PLAIN)  # the plain check reports the syntax error as the plugin would
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError):
+        return Source(PLAIN)  # the plain check reports the problem as the plugin would
     objects = [d for d in _flatten(documents) if _is_object(d)]
     if objects:
         return _configmaps(objects, file)

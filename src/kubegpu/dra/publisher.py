@@ -10,7 +10,10 @@ official `kubernetes` client:
 - every change of the devices bumps the pool generation in all of its slices; a pool is split to the API's
   devices-per-slice limit; slices no longer needed are deleted;
 - our slices (field selector `spec.nodeName`, `spec.driver`) are listed and watched: a slice deleted (the
-  kubelet wipes a node's slices when it starts) or changed by someone else is written again;
+  kubelet wipes a node's slices when it starts) is written again at once, one changed by someone else too,
+  but not more often than every 5 s (two writers that disagree must not take turns at full speed);
+- the pool is compared by content: a restarted driver that finds it as it wants it writes nothing;
+- a 404 makes it ask again which version the server serves (a downgrade removes v1);
 - device taints are published when the server keeps them (checked once with a dry-run create before the
   first tainted device goes out); a server without DRADeviceTaints would drop the taint and show a broken
   GPU as healthy, so there a tainted device is left out of the slice instead;
@@ -90,7 +93,6 @@ class SlicePublisher:
         # update() may come from any thread.
         self._lock = threading.Lock()
         self._devices: list[Device] | None = None  # None: nothing to publish yet
-        self._requested = 0  # bumped by every update()
         self._requested_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -98,6 +100,7 @@ class SlicePublisher:
         self._stopping = threading.Event()
         # State of the loop thread.
         self.version: str | None = None  # the resource.k8s.io version in use
+        self._rediscover = False
         self.taints_served: bool | None = None  # None: not known yet
         self._node_uid: str | None = None
         self._cache: dict[str, dict[str, Any]] = {}  # our slices by name, as last listed or watched
@@ -107,9 +110,9 @@ class SlicePublisher:
         self._foreign_edit_delay = foreign_edit_delay
         self._last_fix = -foreign_edit_delay  # when someone else's change was last undone
         self._generation = 0
-        self._published = 0  # the update() count last published
         self._left_out: tuple[str, ...] = ()
         self._watch_thread: threading.Thread | None = None
+        self._relist = threading.Event()  # the watch thread lists again (a new version)
         self._watch_response: Any = None
         # For metrics and tests.
         self.last_publish_seconds: float | None = None  # update() to the last write of its pool
@@ -131,7 +134,6 @@ class SlicePublisher:
         copied = [dict(d) for d in devices]
         with self._lock:
             self._devices = copied
-            self._requested += 1
             self._requested_at = time.monotonic()
         self._poke()
 
@@ -153,6 +155,8 @@ class SlicePublisher:
                     backoff.reset()
                 except (PublishError, *RETRIED) as err:
                     self.publish_errors += 1
+                    # A version the server stopped serving (a downgrade) answers 404 too: ask again.
+                    self._rediscover = isinstance(err, ApiException) and err.status == HTTP_NOT_FOUND
                     delay = backoff.next_delay()
                     log.warning(
                         "cannot publish ResourceSlices of pool %s (driver %s): %s; retrying in %.1fs",
@@ -178,21 +182,27 @@ class SlicePublisher:
     # ---- one pass ------------------------------------------------------------------------------------
 
     async def _pass(self) -> None:
-        if self.version is None:
-            self.version = await asyncio.to_thread(self._discover)
-            log.info("publishing ResourceSlices through %s/%s", GROUP, self.version)
+        if self.version is None or self._rediscover:
+            self._rediscover = False
+            version = await asyncio.to_thread(self._discover)
+            if version != self.version:
+                log.info("publishing ResourceSlices through %s/%s", GROUP, version)
+                self.version = version
+                if self._listed:
+                    self._listed = False  # the watch thread lists again in the new version, then wakes us
+                    self._relist.set()
+                    self._end_watch_request()
         if self._watch_thread is None or not self._watch_thread.is_alive():
             self._start_watch()
         if not self._listed:
             return  # the watch thread wakes us once it has listed our slices
         with self._lock:
-            devices, requested, requested_at = self._devices, self._requested, self._requested_at
+            devices, requested_at = self._devices, self._requested_at
         if devices is None:
             return
         wanted = await self._publishable(devices)
         chunks = slices.split(wanted, self.max_devices_per_slice)
         if self._in_sync(chunks):
-            self._published = requested
             return
         if self._edited_by_others(chunks):
             # Put it back, but not more often than every FOREIGN_EDIT_DELAY: two writers that disagree (the
@@ -210,7 +220,6 @@ class SlicePublisher:
         await self._write(chunks)
         self._last_chunks = chunks
         self._written &= set(self._cache)
-        self._published = requested
         self.last_publish_seconds = time.monotonic() - requested_at
 
     def _discover(self) -> str:
@@ -355,7 +364,7 @@ class SlicePublisher:
         self._wrote(json.loads(got.data), devices)
 
     def _replace(self, current: dict[str, Any], devices: list[Device], generation: int, count: int) -> None:
-        body = dict(current)
+        body = {**current, "apiVersion": f"{GROUP}/{self._v}", "kind": slices.KIND}
         body["spec"] = slices.spec(
             driver=self.driver_name,
             node_name=self.node_name,
@@ -454,6 +463,9 @@ class SlicePublisher:
 
     def _stop_watch(self) -> None:
         self._stopping.set()
+        self._end_watch_request()
+
+    def _end_watch_request(self) -> None:
         response = self._watch_response
         if response is not None:
             with contextlib.suppress(Exception):  # best effort: the read timeout ends it otherwise
@@ -463,8 +475,9 @@ class SlicePublisher:
         backoff = self._backoff()
         while not self._stopping.is_set():
             try:
+                self._relist.clear()
                 version = self._list()
-                while not self._stopping.is_set():
+                while not self._stopping.is_set() and not self._relist.is_set():
                     version = self._watch(version)
                     backoff.reset()
             except ApiException as err:
@@ -474,6 +487,8 @@ class SlicePublisher:
             except (PublishError, *RETRIED) as err:
                 if self._stopping.is_set():
                     return
+                if self._relist.is_set():
+                    continue  # we ended the request ourselves: list in the new version
                 self._watch_failed(backoff, _describe(err))
 
     def _watch_failed(self, backoff: Backoff, why: str) -> None:

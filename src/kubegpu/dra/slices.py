@@ -13,7 +13,6 @@ spans several slices, each carrying the pool's generation and slice count.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,8 +34,8 @@ def pick_version(served: Sequence[str]) -> str | None:
 
 
 def to_served(device: Mapping[str, Any], version: str) -> Device:
-    """A v1 device dict in `version`'s shape (a copy)."""
-    out = copy.deepcopy(dict(device))
+    """A v1 device dict in `version`'s shape (a new dict; nested values are shared, never changed)."""
+    out = dict(device)
     if version != "v1beta1":
         return out
     name = out.pop("name", "")
@@ -44,8 +43,8 @@ def to_served(device: Mapping[str, Any], version: str) -> Device:
 
 
 def from_served(device: Mapping[str, Any], version: str) -> Device:
-    """A device as `version` serves it, in the v1 shape (a copy)."""
-    out = copy.deepcopy(dict(device))
+    """A device as `version` serves it, in the v1 shape (a new dict; nested values are shared)."""
+    out = dict(device)
     if version != "v1beta1":
         return out
     basic = out.pop("basic", None) or {}

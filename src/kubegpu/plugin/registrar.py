@@ -216,14 +216,7 @@ class Registrar:
             if self.kubelet_socket is None:
                 return retry
             kubelet = self.current_kubelet()  # it may have come up while we served
-            # Only servers whose socket is still theirs: the kubelet wipes sockets one by one, and one deleted
-            # since this pass began is served again by the next pass (its deletion woke us); registering it
-            # now would have the kubelet dial a missing socket for 10 s while this pass waits.
-            pending = [
-                s
-                for s in self._servers
-                if s.running and s.socket_intact() and not self._registered(s, kubelet)
-            ]
+            pending = [s for s in self._servers if self._may_register(s, kubelet)]
             if not pending:
                 return retry
             if kubelet is None:
@@ -243,6 +236,21 @@ class Registrar:
             self._backoff.reset()
             return retry
         return self._backoff.next_delay()
+
+    def _may_register(self, server: ResourceServer, kubelet: KubeletId | None) -> bool:
+        """Serving, not registered with this kubelet, and nothing the next pass must do first.
+
+        Its socket must still be its own: the kubelet wipes sockets one by one, and one deleted since this
+        pass began is served again by the next pass (the deletion woke us); registering it now would have
+        the kubelet dial a missing socket for 10 s while this pass waits. And it must not be registered with
+        another kubelet (one that restarted while this pass ran): the next pass restarts it first."""
+        registered_with = self.state[server.name].registered_with
+        return (
+            server.running
+            and not self._registered(server, kubelet)
+            and registered_with in (None, kubelet)
+            and server.socket_intact()
+        )
 
     def _kubelet_channel(self) -> grpc.aio.Channel:
         assert self.kubelet_socket is not None

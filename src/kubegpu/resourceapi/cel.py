@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -491,15 +491,98 @@ def _static_check(ast: lark.Tree) -> str | None:
     return None
 
 
+# Where a selector reads a device: device.attributes["<domain>"].<name> (or ["<name>"]), the same for
+# capacity, "<name>" in device.attributes["<domain>"], and device.driver.
+_Q = r"""(?:"([^"\\]*)"|'([^'\\]*)')"""
+_ACCESS = re.compile(
+    rf"device\s*\.\s*(attributes|capacity)\s*\[\s*{_Q}\s*\]\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)(?![\w\s]*\()|\[\s*{_Q}\s*\])"
+)
+_PRESENCE = re.compile(rf"{_Q}\s+in\s+device\s*\.\s*(attributes|capacity)\s*\[\s*{_Q}\s*\]")
+_DRIVER = re.compile(r"device\s*\.\s*driver\b")
+_MISSING = object()
+_MEMO_LIMIT = 4096
+
+
+def attribute_references(expression: str) -> list[tuple[str, str, str]]:
+    """(attributes|capacity, domain, name) of every attribute and capacity `expression` names, in order,
+    each once."""
+    found: list[tuple[str, str, str]] = []
+    for m in _ACCESS.finditer(expression):
+        domain = m.group(2) if m.group(2) is not None else m.group(3)
+        name = m.group(4) or (m.group(5) if m.group(5) is not None else m.group(6))
+        found.append((m.group(1), domain, name))
+    for m in _PRESENCE.finditer(expression):
+        name = m.group(1) if m.group(1) is not None else m.group(2)
+        domain = m.group(4) if m.group(4) is not None else m.group(5)
+        found.append((m.group(3), domain, name))
+    return list(dict.fromkeys(found))
+
+
+def _projection(expression: str) -> tuple[tuple[str, str, str], ...] | None:
+    """What the selector reads of a device, when that is all it can read (no other use of `device`):
+    devices equal in these values get the same answer. None when the text reads more."""
+    rest = _DRIVER.sub(" ", _PRESENCE.sub(" ", _ACCESS.sub(" ", expression)))
+    if re.search(r"\bdevice\b", rest):
+        return None
+    return tuple(attribute_references(expression))
+
+
 @dataclass(frozen=True)
 class Selector:
-    """A compiled selector; `matches(activation)` evaluates it on one device."""
+    """A compiled selector; `matches(activation)` evaluates it on one device.
+
+    Evaluating CEL with cel-python costs milliseconds, and a cluster repeats the same GPU model on every
+    node: when the selector reads only named attributes and capacities (most do), the answer is kept per
+    distinct set of those values, so explain and lint stay linear in the number of distinct devices."""
 
     expression: str
     _program: Any
+    _reads: tuple[tuple[str, str, str], ...] | None = None
+    _memo: dict[Any, bool | str] = field(default_factory=dict, compare=False, repr=False)
+
+    def _key(self, activation: Mapping[str, Any]) -> Any:
+        device = activation.get("device")
+        if self._reads is None or not isinstance(device, celtypes.MapType):
+            return None
+        values: list[Any] = [dict.get(device, celtypes.StringType("driver"))]
+        for what, domain, name in self._reads:
+            value: Any = _MISSING
+            by_domain = dict.get(device, celtypes.StringType(what))  # plain lookups: no CEL errors
+            if isinstance(by_domain, dict):
+                values_of = dict.get(by_domain, celtypes.StringType(domain))
+                if isinstance(values_of, dict):
+                    value = dict.get(values_of, celtypes.StringType(name), _MISSING)
+            values.append(value if value is _MISSING else (type(value).__name__, value))
+        try:
+            hash(tuple(values))
+        except TypeError:
+            return None
+        return tuple(values)
 
     def matches(self, activation: Mapping[str, Any]) -> bool:
         """True/False, or CelError for an evaluation error or a non-bool result (allocation aborts)."""
+        key = self._key(activation)
+        if key is not None and key in self._memo:
+            known = self._memo[key]
+            if isinstance(known, str):
+                raise CelError(known)
+            return known
+        try:
+            result = self._evaluate(activation)
+        except CelError as err:
+            self._remember(key, str(err))
+            raise
+        self._remember(key, result)
+        return result
+
+    def _remember(self, key: Any, answer: bool | str) -> None:
+        if key is None:
+            return
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[key] = answer
+
+    def _evaluate(self, activation: Mapping[str, Any]) -> bool:
         try:
             result = self._program.evaluate(dict(activation))
         except CELEvalError as err:
@@ -556,7 +639,9 @@ def compile_selector(expression: str) -> Selector:
     problem = _static_check(ast)
     if problem:
         raise CelError(f"compilation failed: ERROR: <input>: {problem}")
-    return Selector(expression, _ENVIRONMENT.program(ast, functions=KUBERNETES_FUNCTIONS))
+    return Selector(
+        expression, _ENVIRONMENT.program(ast, functions=KUBERNETES_FUNCTIONS), _projection(expression)
+    )
 
 
 def compile_error(expression: str) -> str | None:

@@ -28,7 +28,7 @@ from kubegpu.resourceapi import (
 )
 from kubegpu.resourceapi import Node as DraNode
 from kubegpu.resourceapi.explain import AVAILABLE, IN_USE
-from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES
+from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES, slices_per_node
 from kubegpu.toolkit.model import Node, Pod
 from kubegpu.toolkit.scheduling import Outcome, Rejection
 from kubegpu.toolkit.snapshot import Snapshot
@@ -229,10 +229,17 @@ def dra_filter(
     notes: list[str] = []
     claims, rows = pod_claims(snapshot, pod, notes)
     result = DraExplanation(claims=rows, notes=notes)
-    missing = [r for r in rows if r["state"] == "missing" and r["kind"] == "ResourceClaim"]
+    missing = [r for r in rows if r["state"] == "missing"]
     if missing:
-        # The scheduler's PreFilter cannot get the claim and answers with the lister's NotFound error.
-        message = f'resourceclaim.resource.k8s.io "{missing[0]["claim"]}" not found'
+        # The scheduler's PreFilter stops at the first pod claim it cannot get: a named claim with the
+        # lister's NotFound error, a template's claim the controller has not made (it cannot, without
+        # the template) with resourceclaim.Name's error.
+        first = missing[0]
+        message = (
+            f'resourceclaim.resource.k8s.io "{first["claim"]}" not found'
+            if first["kind"] == "ResourceClaim"
+            else f'pod "{pod.metadata.namespace}/{pod.metadata.name}": ResourceClaim not created yet'
+        )
         outcome.prefilter_message = message
         for name in outcome.feasible:
             outcome.rejections[name] = Rejection(DYNAMIC_RESOURCES, (message,))
@@ -265,7 +272,11 @@ def dra_filter(
     candidates = [DraNode(name, dict(nodes[name].metadata.labels or {})) for name in outcome.feasible]
     feasible = []
     accounts = {}
-    for account in explain(pending, classes, slices, candidates, held_by=held):
+    per_node = list(slices_per_node(slices, candidates))
+    reachable_of = {node.name: reachable for node, reachable in per_node}
+    for account in (
+        a for node, reachable in per_node for a in explain(pending, classes, reachable, [node], held)
+    ):
         accounts[account.node] = account
         result.nodes.append(_row(account, pending))
         if account.fits:
@@ -275,12 +286,13 @@ def dra_filter(
                 DYNAMIC_RESOURCES, (account.summary,), resolvable=True
             )
     outcome.feasible = feasible
-    rejected = [
-        DraNode(a.node, dict(nodes[a.node].metadata.labels or {})) for a in result.nodes if not a.fits
-    ]
+    by_name = {node.name: node for node, _ in per_node}
+    rejected = [by_name[a.node] for a in result.nodes if not a.fits]
     if not feasible and rejected and held:
         # What if the other claims let go: the nodes that fit then, and who holds what there.
-        for account in explain(pending, classes, slices, rejected):
+        for account in (
+            a for node in rejected for a in explain(pending, classes, reachable_of[node.name], [node])
+        ):
             if account.fits:
                 verdicts = (v for r in accounts[account.node].requests for v in r.verdicts)
                 holding = sorted({held[v.device] for v in verdicts if v.verdict == IN_USE})

@@ -29,6 +29,7 @@ from kubegpu.toolkit.dra_facts import (
     Reference,
     published,
     references,
+    slices_per_node,
 )
 from kubegpu.toolkit.lint_rules import RULES, WARNING, Finding
 from kubegpu.toolkit.manifests import DraObject, Manifests, Path, Source, Workload, path_text
@@ -70,8 +71,9 @@ def _requests(obj: DraObject) -> Iterator[_Request]:
             yield _Request((*base, i, "exactly"), name, raw["exactly"])
 
 
-def _selectors(exact: Mapping[str, Any]) -> Iterator[tuple[int, str]]:
-    raw = exact.get("selectors")
+def _selectors(exact: Any) -> Iterator[tuple[int, str]]:
+    """(index, CEL expression) of each selector of a request or a class spec, whatever shape it has."""
+    raw = exact.get("selectors") if isinstance(exact, Mapping) else None
     for j, selector in enumerate(raw if isinstance(raw, list) else []):
         cel = selector.get("cel") if isinstance(selector, dict) else None
         expression = cel.get("expression") if isinstance(cel, dict) else None
@@ -115,10 +117,10 @@ class _Linter:
             known.update({name: (expression,) for name, expression in NVIDIA_CLASSES.items()})
         for raw in self.cluster_dra.get("DeviceClass", []):
             name = str((raw.get("metadata") or {}).get("name") or "")
-            known[name] = tuple(e for _, e in _selectors(raw.get("spec") or {}))
+            known[name] = tuple(e for _, e in _selectors(raw.get("spec")))
         for obj in self.manifests.dra:
             if obj.kind == "DeviceClass":
-                known[obj.name] = tuple(e for _, e in _selectors(obj.obj.get("spec") or {}))
+                known[obj.name] = tuple(e for _, e in _selectors(obj.obj.get("spec")))
         return known
 
     # --- findings --------------------------------------------------------------------------------------
@@ -198,7 +200,7 @@ class _Linter:
         classes = self.classes()
         for obj in self.manifests.dra:
             if obj.kind == "DeviceClass":
-                for j, expression in _selectors(obj.obj.get("spec") or {}):
+                for j, expression in _selectors(obj.obj.get("spec")):
                     path = ("spec", "selectors", j, "cel", "expression")
                     self.check_selector(obj, path, f"class selector #{j}", expression)
             elif obj.kind in ("ResourceClaim", "ResourceClaimTemplate"):
@@ -269,7 +271,13 @@ class _Linter:
         if not nodes:
             return
         best: dict[str, tuple[int, str]] = {}
-        for account in explain([claim], class_objects, self.slices, nodes):
+        accounts = (
+            account
+            for node, reachable in slices_per_node(self.slices, nodes)
+            if reachable
+            for account in explain([claim], class_objects, reachable, [node])
+        )
+        for account in accounts:
             for req in account.requests:
                 fitting = sum(
                     v.verdict not in (CLASS_SELECTOR, REQUEST_SELECTOR, SELECTOR_ERROR) for v in req.verdicts
