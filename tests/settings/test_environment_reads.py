@@ -21,8 +21,10 @@ ALLOWED = {
     "node/mps_control.py": 3,
     # `kubegpu doctor` diagnoses the environment the plugin would run in (DEVICE_LIST_STRATEGY, ...).
     "toolkit/doctor_node.py": 1,
-    # The simulated node builds its child plugin's environment from its own.
+    # The simulated nodes build their child daemon's environment from their own (the DRA node leaves out
+    # the driver's own settings, which it passes explicitly).
     "demo/simnode.py": 1,
+    "demo/dranode.py": 1,
 }
 
 _NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}

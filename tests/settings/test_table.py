@@ -196,7 +196,7 @@ def test_each_command_has_exactly_the_tables_flags(command: str) -> None:
         assert param.envvar is None  # ...and reads the env vars
         assert isinstance(param, click.Option) and all(e in (param.help or "") for e in setting.envvars)
     taken = {s.option for s in for_command(command)} | {a for s in for_command(command) for a in s.aliases}
-    own = {"-v", "--verbose", "--help", "--timeout", "--follow-logs", "--profile", "--json"}
+    own = {"-v", "--verbose", "--help", "--timeout", "--follow-logs", "--profile", "--json", "--key"}
     own |= {"--gpu", "--xid", "--lost", "--ecc", "--wait-error", "--flaky", "--recover", "--gi", "--ci"}
     own |= {"--meminfo", "--mountinfo", "--dry-run", "--no-follow-logs"}
     assert set(params) - taken <= own  # anything else with an env var would be outside the table
