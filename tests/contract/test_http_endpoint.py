@@ -51,6 +51,7 @@ async def test_probes_and_metrics_follow_registration_health_and_pods() -> None:
         await node.wait_allocatable(8)
         await until(port, "/readyz", 200)
         assert (await fetch(port, "/healthz"))[0] == 200
+        assert node.plugin_log().count("serving /healthz, /readyz and /metrics") == 1  # said once
 
         await node.sim.admit(Pod("train", containers=[Container("main", {GPU_RESOURCE: 2})]))
         node.inject("--gpu", "3", "--xid", "48")

@@ -212,6 +212,14 @@ async def test_sighup_reload_keeps_last_good_config_and_applies_a_good_one(node:
     registrations = len(node.sim.events(EventKind.REGISTERED, resource=GPU_RESOURCE))
     node.signal_plugin(signal.SIGHUP)
     await wait_for_log(node, "reload complete")
+    # One line saying what changed in the config and in what is served; the start-up dump is not repeated.
+    log = node.plugin_log()
+    (reload,) = [line for line in log.splitlines() if "reload complete" in line]
+    assert reload.endswith(
+        'kubegpu.plugin.daemon: reload complete: config changed: flags.plugin.deviceIDStrategy "uuid" -> '
+        '"index"; served: nvidia.com/gpu: update (options)'
+    ), reload
+    assert log.count("Running with config:") == 1
     # Same resources, new Allocate options: applied in place, without re-registering.
     assert len(node.sim.events(EventKind.REGISTERED, resource=GPU_RESOURCE)) == registrations
     assert node.sim.allocatable()[GPU_RESOURCE] == 8

@@ -427,3 +427,24 @@ def test_discovery_logs_nothing_on_a_healthy_node(caplog: pytest.LogCaptureFixtu
     caplog.set_level(logging.INFO, logger="kubegpu.node.discovery")
     discovered("a100-mig")
     assert caplog.records == []
+
+
+def test_unreadable_mig_mode_names_the_gpu(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = FakeNvml.from_profile("t4-pcie")
+    real = fake.nvmlDeviceGetMigMode
+
+    def flaky(handle: Any) -> Any:
+        if fake.nvmlDeviceGetIndex(handle) == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return real(handle)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetMigMode", flaky)
+    caplog.set_level(logging.WARNING)
+    gpus = fake_session(fake).gpus
+    assert not gpus[1].mig_capable
+    assert [r.getMessage() for r in caplog.records if "MIG mode" in r.getMessage()] == [
+        "GPU index=1 uuid=GPU-5916575e-0280-41c6-9dbf-ffef04648c1d: cannot read MIG mode, treating it as not "
+        "MIG capable: Unknown Error"
+    ]

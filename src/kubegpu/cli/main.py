@@ -153,6 +153,11 @@ main.lazy_commands.update(
 )
 main.lazy_help.update(
     {
+        "dra": (
+            "Run the DRA driver on this node: the node's GPUs through Dynamic Resource Allocation "
+            "(resource.k8s.io), as a drop-in for NVIDIA's DRA driver (driver gpu.nvidia.com, its flags and "
+            "env vars)."
+        ),
         "plugin": "Run the device plugin daemon on this node.",
         "demo": (
             "Show the plugin on a simulated GPU node: registration, an allocation, an XID, a kubelet restart."

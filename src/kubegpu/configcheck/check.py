@@ -115,9 +115,8 @@ def _node(profile: str | None) -> str:
 # NVIDIA's text (settings/plugin.py) is kept; config check adds where the value comes from on a cluster.
 _MPS_ROOT_MISSING = "using MPS requires --mps-root to be specified"
 _MPS_ROOT_HINT = (
-    " (the Helm chart sets it from mps.root, /run/nvidia/mps by default: check with --mps-root "
-    "/run/nvidia/mps"
-    " or give the values file)"
+    " (the Helm chart sets it from mps.root, /run/nvidia/mps by default: check with "
+    "--mps-root /run/nvidia/mps or give the values file)"
 )
 
 

@@ -197,7 +197,7 @@ def _read_gpu(api: NvmlApi, index: int, sysfs_root: Path) -> _Found | None:
     memory = read(lambda h: api.nvmlDeviceGetMemoryInfo(h).total, 0, "memory size")
     pci_bus_id = read(lambda h: api.nvmlDeviceGetPciInfo(h).busId, "", "PCI bus id")
     major, minor = read(api.nvmlDeviceGetCudaComputeCapability, (0, 0), "compute capability")
-    mig_capable, mig_enabled = mig_mode(api, handle)
+    mig_capable, mig_enabled = mig_mode(api, handle, f"index={index} uuid={uuid}")
     gpu = Gpu(
         index=index,
         uuid=uuid,

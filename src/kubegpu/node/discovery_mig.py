@@ -39,13 +39,13 @@ _GI_PROFILE_SUFFIX = {
 _GI_PROFILE_COUNT = max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, max(_GI_PROFILE_SUFFIX) + 1)
 
 
-def mig_mode(api: NvmlApi, handle: Any) -> tuple[bool, bool]:
-    """(MIG capable, MIG enabled). GPUs without MIG answer NOT_SUPPORTED."""
+def mig_mode(api: NvmlApi, handle: Any, gpu: str = "?") -> tuple[bool, bool]:
+    """(MIG capable, MIG enabled). GPUs without MIG answer NOT_SUPPORTED. `gpu` names it in the log."""
     try:
         current, _pending = api.nvmlDeviceGetMigMode(handle)
     except NVMLError as err:
         if err.value not in _ABSENT:
-            log.warning("cannot read MIG mode, treating the GPU as not MIG capable: %s", err)
+            log.warning("GPU %s: cannot read MIG mode, treating it as not MIG capable: %s", gpu, err)
         return False, False
     return True, current == pynvml.NVML_DEVICE_MIG_ENABLE
 

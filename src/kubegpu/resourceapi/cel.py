@@ -378,11 +378,32 @@ def _split_name(name: str, driver: str) -> tuple[str, str]:
     return (domain or driver), ident
 
 
+# Activations of the devices seen last, by the identity of their (immutable) attribute and capacity maps:
+# explain and the allocator judge the same device objects on every pass; building one costs ~0.5 ms.
+_ACTIVATIONS: dict[tuple[str, int, int], tuple[Any, Any, dict[str, Any]]] = {}
+_ACTIVATIONS_LIMIT = 65536
+
+
 def device_activation(
     driver: str, attributes: Mapping[str, Mapping[str, Any]], capacity: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
     """The `device` variable for one device (v1 shapes: attributes {name: {int|bool|string|version}},
-    capacity {name: {value}}). Build it once per device and reuse it for every selector."""
+    capacity {name: {value}}). Build it once per device and reuse it for every selector; the same maps
+    (the same objects) give the same activation back without building it again."""
+    key = (driver, id(attributes), id(capacity))
+    cached = _ACTIVATIONS.get(key)
+    if cached is not None and cached[0] is attributes and cached[1] is capacity:
+        return cached[2]
+    activation = _build_activation(driver, attributes, capacity)
+    if len(_ACTIVATIONS) >= _ACTIVATIONS_LIMIT:
+        _ACTIVATIONS.clear()
+    _ACTIVATIONS[key] = (attributes, capacity, activation)  # holding the maps keeps their ids unique
+    return activation
+
+
+def _build_activation(
+    driver: str, attributes: Mapping[str, Mapping[str, Any]], capacity: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
     attrs: dict[str, celtypes.MapType] = {}
     for name, value in attributes.items():
         domain, ident = _split_name(name, driver)

@@ -159,6 +159,8 @@ class FakeNvml(EventCalls):
             if self._init_count == 0:
                 fail(pynvml.NVML_ERROR_UNINITIALIZED)
             self._init_count -= 1
+            if self._init_count == 0:
+                self._close_event_sets()  # their inotify watches are a per-user resource
 
     def nvmlSystemGetDriverVersion(self) -> str:
         self._require_init()
