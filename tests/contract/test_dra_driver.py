@@ -6,6 +6,7 @@ Expected values are NVIDIA's and the kubelet's (names, CDI IDs, taint keys), wri
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -149,9 +150,10 @@ async def test_driver_sigkill_restart_keeps_the_claim_and_unprepare_works_after_
 
         assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
         node.start_driver()  # stale sockets from the killed process are replaced
-        await node.wait_registered()
+        # The kubelet's notification to the new process (the log holds both processes' lines): until then
+        # the kubelet may still hold the killed one's registration.
         await node.wait(
-            lambda: "serving DRA on" in node.log().split("DRA driver gpu.nvidia.com")[-1], "serving"
+            lambda: node.log().count("registered with the kubelet as DRA driver") == 2, "re-registration"
         )
         again = await prepare_directly(node, uid, "c1")
         assert again.claims[uid].error == ""
@@ -234,3 +236,17 @@ async def test_mps_config_from_the_claim_and_a_bad_config_fails_only_its_claim()
         ]
         assert not (node.cdi / f"k8s.gpu.nvidia.com-claim_{worse['metadata']['uid']}.json").exists()
         assert "unknown GPU sharing strategy: Magic; use TimeSlicing or MPS" in node.log()
+
+
+async def test_health_checks_disabled_keeps_the_driver_up_without_taints() -> None:
+    async with DraNode("t4-pcie", env={"DP_DISABLE_HEALTHCHECKS": "all"}) as node:
+        node.start_driver()
+        await node.wait_published(4)
+        inject(node, "--gpu", "1", "--xid", "48")
+        await node.wait(
+            lambda: "health checks disabled by DP_DISABLE_HEALTHCHECKS" in node.log(), "the log line"
+        )
+        await asyncio.sleep(3)  # longer than the restarts of a failing task would take to end the process
+        assert node.driver is not None and node.driver.poll() is None
+        assert all("taints" not in d for d in node.published().values())
+        assert await node.stop_driver() == 0

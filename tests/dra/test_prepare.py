@@ -15,7 +15,7 @@ from kubernetes import client
 
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
 from kubegpu.dra.claim_cdi import ClaimSpecs
-from kubegpu.dra.claims import AllocatedClaim, ClaimError, ClaimReader
+from kubegpu.dra.claims import AllocatedClaim, ClaimGone, ClaimReader
 from kubegpu.dra.devices import DraDevice, device_table
 from kubegpu.dra.prepare import ClaimRef, NodeLock, Preparer
 from kubegpu.node.inventory import Inventory
@@ -37,9 +37,7 @@ class Reader(ClaimReader):
         self.gets += 1
         obj = self.objects.get(name)
         if obj is None:
-            raise ClaimError(
-                f"claim {namespace}/{name} not found: it was deleted before it could be prepared"
-            )
+            raise ClaimGone(f"claim {namespace}/{name} not found: it was deleted before it could be prepared")
         return self.check(obj, namespace, name, uid)
 
 
@@ -212,3 +210,18 @@ async def test_an_old_and_a_new_driver_process_see_each_others_claims(tmp_path: 
     assert list((tmp_path / "cdi").iterdir()) == []
     old_reader.objects["d"] = allocated("d", "u2", ["gpu-0"])
     assert (await old.prepare([ref("d", "u2")]))["u2"].error == ""  # gpu-0 is free again for the old one too
+
+
+async def test_cleanup_unprepares_claims_that_are_gone_and_keeps_the_rest(tmp_path: Path) -> None:
+    preparer, reader = make(tmp_path)
+    reader.objects["kept"] = allocated("kept", "u1", ["gpu-0"])
+    reader.objects["deleted"] = allocated("deleted", "u2", ["gpu-1"])
+    await preparer.prepare([ref("kept", "u1"), ref("deleted", "u2")])
+    del reader.objects["deleted"]
+    assert await preparer.clean_up() == ["u2"]
+    assert list(preparer.checkpoint.claims) == ["u1"]
+    assert sorted(p.name for p in (tmp_path / "cdi").iterdir()) == ["k8s.gpu.nvidia.com-claim_u1.json"]
+    reader.objects["kept"] = allocated(
+        "kept", "u1", ["gpu-0"], reserved=False
+    )  # not reserved: not ours to judge
+    assert await preparer.clean_up() == []

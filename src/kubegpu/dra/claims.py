@@ -23,6 +23,10 @@ class ClaimError(RuntimeError):
     """This claim cannot be prepared; the text goes to the kubelet as the claim's error."""
 
 
+class ClaimGone(ClaimError):
+    """The claim does not exist (any more), or a new one took its name."""
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     """One allocation result of this driver: the request it serves and the device picked for it."""
@@ -99,7 +103,7 @@ class ClaimReader:
             obj = json.loads(response.data)
         except ApiException as err:
             if err.status == 404:
-                raise ClaimError(f"{what} not found: it was deleted before it could be prepared") from None
+                raise ClaimGone(f"{what} not found: it was deleted before it could be prepared") from None
             raise ClaimError(f"cannot read {what}: {err.status} {err.reason}") from None
         except (OSError, ValueError) as err:  # connection refused, timeouts, not JSON
             raise ClaimError(f"cannot read {what}: {err}") from None
@@ -109,7 +113,7 @@ class ClaimReader:
         what = f"claim {namespace}/{name}"
         got = (obj.get("metadata") or {}).get("uid")
         if got != uid:
-            raise ClaimError(f"{what}: UID is {got}, not {uid}: the claim was deleted and created again")
+            raise ClaimGone(f"{what}: UID is {got}, not {uid}: the claim was deleted and created again")
         status = obj.get("status") or {}
         allocation = status.get("allocation")
         if not allocation:

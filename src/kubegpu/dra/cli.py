@@ -72,6 +72,15 @@ def dra_cmd(verbose: bool, **params: Any) -> None:
     except StartupError as err:
         log.error("%s", err)
         sys.exit(1)
+    except OSError as err:  # a socket or directory that cannot be created (paths, permissions)
+        log.error(
+            "cannot start: %s (%s); check --kubelet-registrar-directory-path, "
+            "--kubelet-plugins-directory-path and --cdi-root, and that the driver runs as root with the "
+            "kubelet's directories mounted",
+            err.strerror or err,
+            err.filename or "no file",
+        )
+        sys.exit(1)
     sys.exit(code)
 
 

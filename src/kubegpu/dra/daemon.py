@@ -46,6 +46,7 @@ from kubegpu.settings.dra_selection import GpuSelection
 log = logging.getLogger(__name__)
 
 MAX_TASK_FAILURES = 5
+CLEANUP_PERIOD_S = 600.0  # how often to look for prepared claims whose ResourceClaim is gone
 MIG_MINORS_FILE = Path("/proc/driver/nvidia-caps/mig-minors")
 
 
@@ -154,17 +155,20 @@ class DraDaemon:
                 asyncio.create_task(
                     self._supervised("health reports", lambda: self._follow(publisher)), name="follow"
                 ),
+                asyncio.create_task(
+                    self._supervised("checkpoint cleanup", lambda: _clean_up_forever(preparer)),
+                    name="cleanup",
+                ),
             ]
             stop = asyncio.create_task(self._stop.wait())
-            done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            failed = next((t for t in done if t is not stop and t.exception() is not None), None)
+            failed = await _until_stopped_or_failed(stop, tasks)
             log.info("stopping")
             await asyncio.gather(servers.stop(), publisher.stop())
             for task in (*tasks, stop):
                 task.cancel()
             await asyncio.gather(*tasks, stop, return_exceptions=True)
             log.info("stopped")
-            return 1 if failed is not None else 0
+            return 1 if failed else 0
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -192,6 +196,11 @@ class DraDaemon:
             await self._changed.wait()
 
     async def _run_monitor(self) -> None:
+        if not self.health.classifier.policy.checks_enabled:
+            log.info(
+                "health checks disabled by DP_DISABLE_HEALTHCHECKS; devices are published without taints"
+            )
+            return
         loop = asyncio.get_running_loop()
 
         def emit(events: Sequence[HealthEvent]) -> None:
@@ -224,6 +233,23 @@ class DraDaemon:
                 if failures >= MAX_TASK_FAILURES:
                     raise
                 await asyncio.sleep(backoff.next_delay())
+
+
+async def _until_stopped_or_failed(stop: asyncio.Task[Any], tasks: list[asyncio.Task[None]]) -> bool:
+    """Wait for a stop signal or a task that gave up (True); a task that finished its job is let go."""
+    pending: set[asyncio.Task[Any]] = {stop, *tasks}
+    while True:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if any(t is not stop and t.exception() is not None for t in done):
+            return True
+        if stop in done:
+            return False
+
+
+async def _clean_up_forever(preparer: Preparer) -> None:
+    while True:
+        await asyncio.sleep(CLEANUP_PERIOD_S)
+        await preparer.clean_up()
 
 
 def _mig_minors() -> dict[str, int]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
-from kubegpu.dra.claims import AllocatedClaim, ClaimError, ClaimReader
+from kubegpu.dra.claims import AllocatedClaim, ClaimError, ClaimGone, ClaimReader
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.gpuconfig import (
     GPU_CONFIG,
@@ -249,6 +249,35 @@ class Preparer:
                 )
             out[device.name] = config.sharing
         return out
+
+    async def clean_up(self) -> list[str]:
+        """Unprepare the checkpointed claims whose ResourceClaim is gone (deleted, or replaced under the same
+        name) while nobody told this driver, e.g. while it was down and the kubelet's state was wiped, as
+        NVIDIA's checkpoint cleanup does. A claim that cannot be read for another reason is kept. Returns the
+        UIDs cleaned up."""
+        async with self._serial:
+            try:
+                await self._lock()
+            except LockTimeout as err:
+                log.info("checkpoint cleanup skipped: %s", err)
+                return []
+            try:
+                known = list(self.checkpoint.claims.values())
+            finally:
+                self.lock.release()
+        gone = []
+        for claim in known:
+            try:
+                await asyncio.to_thread(self.reader.get, claim.namespace, claim.name, claim.uid)
+            except ClaimGone as err:
+                gone.append(claim)
+                log.info("claim %s (%s) is gone (%s): unpreparing it", claim.name, claim.uid, err)
+            except ClaimError:
+                continue  # not allocated any more, API errors: the kubelet decides, not us
+        if not gone:
+            return []
+        errors = await self.unprepare([ClaimRef(c.namespace, c.uid, c.name) for c in gone])
+        return [uid for uid, error in errors.items() if not error]
 
     def _unprepare_one(self, ref: ClaimRef) -> str:
         known = self.checkpoint.claims.get(ref.uid)
