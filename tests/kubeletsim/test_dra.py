@@ -247,6 +247,8 @@ async def test_a_134_kubelet_takes_the_first_service_the_plugin_lists(
         assert (plugin.service, plugin.endpoint) == ("v1.DRAPlugin", str(driver.dra_socket))
         await eventually(lambda: len(driver.notifications) == 1)
         assert (driver.notifications[0].plugin_registered, driver.notifications[0].error) == (True, "")
+        # the simulator records a call once its answer is back: after the driver saw it
+        await eventually(lambda: len(sim.rpc_calls(resource=DRIVER)) == 2)
         assert [r.method for r in sim.rpc_calls(resource=DRIVER)] == ["GetInfo", "NotifyRegistrationStatus"]
     finally:
         await sim.stop()
