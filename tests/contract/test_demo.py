@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def test_demo_runs_and_reports_what_it_shows() -> None:
     out = subprocess.run(
@@ -69,6 +71,7 @@ def _demo(profile: str) -> tuple[int, str, str]:
     return out.returncode, out.stdout, out.stderr
 
 
+@pytest.mark.timeout(600)  # nine demos in a row (about 20 s on an idle 2-core machine); loaded CI is slower
 def test_demo_runs_on_every_shipped_profile() -> None:
     profiles = [*WITH_GPUS, *WITHOUT_DRIVER]
     # The demos mostly wait (recovery's quiet period): three at a time keeps the test short.
