@@ -7,16 +7,12 @@ registered, for the registered types, as a real event set only delivers events r
 from __future__ import annotations
 
 import collections
-import contextlib
-import os
-import select
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
-from asyncinotify import InitFlags, Inotify, Mask
 
 from kubegpu.node.nvml.fake_handles import (
     DeviceTable,
@@ -29,26 +25,7 @@ from kubegpu.node.nvml.fake_handles import (
 from kubegpu.node.nvml.fake_profile import EVENT_TYPES
 from kubegpu.node.nvml.fake_state import EventRecord, StateDir
 
-# The event wait sleeps on inotify (the events log changed) like real NVML blocks in the driver; this is
-# only a safety net against a missed wake-up. A 2 ms poll instead cost the daemon's other threads the GIL
-# 500 times a second, which showed in every latency the simulator measured.
-_RECHECK_S = 0.25
-_WAKE_MASK = Mask.MODIFY | Mask.CREATE | Mask.MOVED_TO
-
-
-def _log_watch(state: StateDir) -> Inotify | None:
-    """An inotify watch on the state directory (the events log may not exist yet); None if unavailable."""
-    try:
-        watch = Inotify(flags=InitFlags.CLOEXEC)
-    except OSError:
-        return None
-    try:
-        os.set_blocking(watch.fd, False)  # drained with plain reads (asyncinotify may clear NONBLOCK)
-        watch.add_watch(state.path, _WAKE_MASK)
-    except OSError:
-        watch.close()
-        return None
-    return watch
+_POLL_S = 0.002  # event wait polls the events log this often: injected -> delivered in a few ms
 
 
 @dataclass
@@ -57,27 +34,6 @@ class EventSet:
     registered: dict[int, tuple[int, int]] = field(default_factory=dict)  # gpu -> (event types, since offset)
     pending: collections.deque[EventRecord] = field(default_factory=collections.deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    # Wakes the wait when the events log changes. Closed by nvmlEventSetFree (the waiting thread frees its
-    # own set) or when the set is garbage collected, never under a wait in another thread: a closed fd
-    # number can be reused by a socket before that wait reads it.
-    log_watch: Inotify | None = None
-
-    def sleep(self, seconds: float) -> None:
-        """Until the events log changes or `seconds` pass (polling when inotify is unavailable)."""
-        if self.log_watch is None:
-            time.sleep(min(0.002, seconds))
-            return
-        fd = self.log_watch.fd
-        readable, _, _ = select.select([fd], [], [], min(_RECHECK_S, seconds))
-        if readable:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(fd, 65536):  # drain: what changed does not matter, the log is re-read
-                    pass
-
-    def close(self) -> None:
-        if self.log_watch is not None:
-            self.log_watch.close()
-            self.log_watch = None
 
     def wants(self, offset: int, record: EventRecord) -> bool:
         if record.kind == "wait_error":
@@ -106,9 +62,7 @@ class EventCalls(DeviceTable):
         with self._lock:
             serial = self._next_event_set
             self._next_event_set += 1
-            # The watch starts before the cursor is read: an event appended in between wakes the wait.
-            watch = _log_watch(self.state)
-            self._event_sets[serial] = EventSet(cursor=self.state.events_end(), log_watch=watch)
+            self._event_sets[serial] = EventSet(cursor=self.state.events_end())
         return event_set_handle(serial)
 
     def _event_set(self, eventSet: Any) -> EventSet:
@@ -137,7 +91,7 @@ class EventCalls(DeviceTable):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 fail(pynvml.NVML_ERROR_TIMEOUT)
-            event_set.sleep(remaining)
+            time.sleep(min(_POLL_S, remaining))
 
     def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any:
         return self.nvmlEventSetWait_v2(eventSet, timeoutms)
@@ -145,7 +99,7 @@ class EventCalls(DeviceTable):
     def nvmlEventSetFree(self, eventSet: Any) -> None:
         self._event_set(eventSet)
         with self._lock:
-            self._event_sets.pop(event_set_serial(eventSet)).close()
+            del self._event_sets[event_set_serial(eventSet)]
 
     def _next_event(self, event_set: EventSet) -> EventRecord | None:
         with event_set.lock:
