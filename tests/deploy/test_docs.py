@@ -207,7 +207,10 @@ def test_the_plugin_log_the_guide_quotes_is_what_the_plugin_prints() -> None:
         async with SimulatedNode("dgx-a100") as node:
             node.start_plugin()
             await node.wait_allocatable(8)
-            await node.sim.wait_for(lambda: "opened ListAndWatch" in node.plugin_log(), timeout=10)
+            # polled: the plugin may log it after the simulator's last event, which wait_for re-checks on
+            async with asyncio.timeout(30):
+                while "opened ListAndWatch" not in node.plugin_log():  # noqa: ASYNC110 - a log file
+                    await asyncio.sleep(0.05)
             return node.plugin_log(), f"{node.plugin_dir}/"
 
     log, plugin_dir = asyncio.run(plugin_log())

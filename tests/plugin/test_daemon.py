@@ -288,8 +288,12 @@ async def test_a_health_thread_that_dies_is_restarted_and_healthz_names_it_while
         assert failure.levelno == logging.ERROR and failure.exc_info is not None  # logged with its cause
         await until(lambda: n.counter("kubegpu_task_restarts_total", task="nvml-health") == 1)
         await until(lambda: n.daemon.supervisor.down() == [])
-        n.state.inject_xid(6, 79)  # the new thread watches: the XID reaches the kubelet
-        await n.allocatable(7)
+        # The new thread watches: an XID reaches the kubelet. Its event set only sees events raised after it
+        # is armed, which can trail the task's restart on a loaded machine: inject until one lands.
+        async with asyncio.timeout(60):
+            while n.sim.allocatable().get(GPU) != 7:
+                n.state.inject_xid(6, 79)
+                await asyncio.sleep(0.5)
         status, _ = await asyncio.to_thread(n.healthz)
         assert status == 200
         assert await n.stop() == 0
