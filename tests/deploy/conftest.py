@@ -60,6 +60,19 @@ def helm_path() -> Path:
 HELM_ENV = {**os.environ, "GOGC": "off"}
 
 
+def kubegpu(*args: str | Path) -> tuple[int, Any]:
+    """`kubegpu ARGS --json` as a user runs it from the repo root: (exit code, the JSON it printed)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kubegpu", *map(str, args), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
 def run_helm(*args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     cmd = [helm_path(), *map(str, args)]
     return subprocess.run(

@@ -12,10 +12,7 @@ DeviceClasses are the ones the chart renders with dra.enabled.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +25,7 @@ from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.settings.dra_selection import parse_gpu_selection
 from kubegpu.settings.env import NvmlSelection
 
-from .conftest import EXAMPLES, ROOT, load_docs, render
+from .conftest import EXAMPLES, kubegpu, load_docs, render
 from .test_kubernetes_schemas import check
 
 DRA_EXAMPLES = sorted((EXAMPLES / "dra").glob("*.yml"))
@@ -70,18 +67,6 @@ def node_snapshot(profile: str) -> list[dict[str, Any]]:
     }
     classes = [o for o in render({"dra": {"enabled": True}}) if o["kind"] == "DeviceClass"]
     return [node, resource_slice, *classes]
-
-
-def kubegpu(*args: str | Path) -> tuple[int, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kubegpu", *map(str, args), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert proc.stdout, proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
 
 
 def test_every_dra_example_says_where_it_is_checked() -> None:

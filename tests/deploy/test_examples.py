@@ -4,27 +4,12 @@ valid NVIDIA v1 configs, and `kubegpu doctor --cluster` accepts our DaemonSet wh
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-from .conftest import CONFIGS, EXAMPLES, ROOT, STATIC, load_docs
+from .conftest import CONFIGS, EXAMPLES, ROOT, STATIC, kubegpu, load_docs
 
 WORKLOADS = sorted(EXAMPLES.glob("*.yml"))
 FIXTURE_CLUSTER = ROOT / "tests/fixtures/toolkit/cluster.json"
-
-
-def kubegpu(*args: str | Path) -> tuple[int, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kubegpu", *map(str, args), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert proc.stdout, proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
 
 
 def test_the_examples_are_the_ones_the_issue_asks_for() -> None:
