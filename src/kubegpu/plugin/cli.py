@@ -7,6 +7,7 @@ import errno
 import logging
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -30,8 +31,13 @@ def plugin_cmd(verbose: bool, **params: Any) -> None:
     beats its env var, which beats the config file, which beats the default.
     """
     setup_logging(verbose)
+    from kubegpu.plugin.filewatch import file_identity  # here, not at import: `--help` stays light
+
     try:
         flags = given_values(params, PLUGIN)  # every flag and env var, validated once, here
+        # Taken before the read: a change made while the daemon starts is reloaded once the watch is armed.
+        config_file = str(flags["config-file"].value) if "config-file" in flags else ""
+        config_identity = file_identity(Path(config_file)) if config_file else None
         settings = resolve(flags)
     except ConfigError as err:
         log.error("%s", err)
@@ -43,7 +49,8 @@ def plugin_cmd(verbose: bool, **params: Any) -> None:
         return resolve(flags)
 
     try:
-        code = asyncio.run(Daemon(settings, reload_settings=reload_settings).run())
+        daemon = Daemon(settings, reload_settings=reload_settings, config_identity=config_identity)
+        code = asyncio.run(daemon.run())
     except StartupError as err:
         log.error("%s", err)
         sys.exit(1)

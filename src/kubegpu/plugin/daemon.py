@@ -52,7 +52,7 @@ from kubegpu.plugin.cdi_files import CdiSpecWriter
 from kubegpu.plugin.coexist import describe, leave_to_dra
 from kubegpu.plugin.config_diff import config_changes
 from kubegpu.plugin.events import DaemonEvents, NoMetrics
-from kubegpu.plugin.filewatch import watch_file
+from kubegpu.plugin.filewatch import Identity, file_identity, watch_file
 from kubegpu.plugin.reconcile import (
     MonitorStep,
     Plan,
@@ -152,8 +152,13 @@ class Daemon:
         backend: NvmlBackend | None = None,
         config_load_budget_s: float = CONFIG_LOAD_BUDGET_S,
         restart_backoff: Callable[[], Backoff] | None = None,
+        config_identity: Identity = None,
     ) -> None:
         self.settings = settings
+        # What the config file was when `settings` were read from it (taken here if the caller did not).
+        if config_identity is None and settings.config_file:
+            config_identity = file_identity(Path(settings.config_file))
+        self._config_identity = config_identity
         self._reload_settings = reload_settings
         self._config_load_budget_s = config_load_budget_s
         try:
@@ -617,7 +622,8 @@ class Daemon:
             await self._reconcile(rediscover=False)
 
     async def _watch_config(self) -> None:
-        await watch_file(Path(self.settings.config_file), self._config_changed)
+        path = Path(self.settings.config_file)
+        await watch_file(path, self._config_changed, since=self._config_identity)
 
     async def _config_changed(self) -> None:
         log.info("config file %s changed; reloading", self.settings.config_file)

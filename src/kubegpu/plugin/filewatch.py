@@ -4,6 +4,10 @@ A ConfigMap volume swaps a `..data` symlink; config-manager swaps the `config.ya
 a temp file and rename it over. Watching the file itself misses all of these (its inode goes away), so we
 watch its directory, and report when the file's resolved content identity (device, inode, size, mtime)
 changes. Events are coalesced: a burst of renames yields one callback.
+
+A change made before the watch is armed (between reading the config at start and arming inotify, which
+can be seconds on a node whose NVML is slow to initialise) would raise no event, so the identity of what
+was read is passed in, and compared again once the watch is armed.
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ def file_identity(path: Path) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-async def watch_file(path: Path, on_change: Callable[[], Awaitable[None]]) -> None:
-    """Call `on_change` whenever what `path` resolves to changes; runs until cancelled."""
+async def watch_file(path: Path, on_change: Callable[[], Awaitable[None]], *, since: Identity) -> None:
+    """Call `on_change` whenever what `path` resolves to changes; runs until cancelled.
+
+    `since` is `file_identity(path)` taken before the caller read the file it is running with.
+    """
     directory = path.parent
-    last = file_identity(path)
+    last = since
     mask = Mask.CREATE | Mask.DELETE | Mask.MOVED_TO | Mask.MOVED_FROM | Mask.CLOSE_WRITE | Mask.ATTRIB
     while True:
         if not directory.is_dir():
@@ -47,6 +54,11 @@ async def watch_file(path: Path, on_change: Callable[[], Awaitable[None]]) -> No
                 log.warning("cannot watch %s for config changes (%s); retrying", directory, err)
                 await asyncio.sleep(1.0)
                 continue
+            # Armed: anything that changed before now raised no event, so look once.
+            current = file_identity(path)
+            if current != last:
+                last = current
+                await on_change()
             async for _ in inotify:
                 # Let a burst of events (symlink swaps, temp-file renames) settle before looking.
                 with contextlib.suppress(TimeoutError):
