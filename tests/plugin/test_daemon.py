@@ -322,7 +322,7 @@ async def test_a_restarted_health_reports_task_catches_up_with_what_it_missed() 
 async def test_a_task_that_keeps_failing_ends_the_daemon_with_exit_code_1(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken_watch(*args: object) -> None:
+    async def broken_watch(*args: object, **kwargs: object) -> None:
         raise OSError("injected: cannot watch the config directory")
 
     monkeypatch.setattr("kubegpu.plugin.daemon.watch_file", broken_watch)
