@@ -65,8 +65,9 @@ async def test_mig_devices_follow_their_parent_gpu() -> None:
     gpu0 = "GPU-a533beae-eed7-4075-9b77-c464441d6fff"
     async with SimulatedNode("a100-mig", env={"MIG_STRATEGY": "mixed", "KUBEGPU_DRA_GPUS": gpu0}) as node:
         node.start_plugin()
-        await node.wait_allocatable(3, "nvidia.com/mig-3g.20gb")
-        await node.wait_allocatable(1, "nvidia.com/mig-1g.5gb")
+        # Each resource registers on its own: wait for every one that must be served before comparing.
+        for resource, count in [("gpu", 1), ("mig-1g.5gb", 1), ("mig-2g.10gb", 1), ("mig-3g.20gb", 3)]:
+            await node.wait_allocatable(count, f"nvidia.com/{resource}")
         served = {r: sorted(node.sim.devices(r)) for r in sorted(node.sim.allocatable())}
         assert served == {
             "nvidia.com/gpu": ["GPU-95b57a48-af3a-4c20-aa33-09248d7e4165"],

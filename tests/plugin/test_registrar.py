@@ -27,6 +27,14 @@ INVENTORY = make_inventory(4)
 RESOURCE = build_resources(INVENTORY)[0]
 
 
+async def registered(registrar: Registrar, timeout: float = 10.0) -> None:
+    """Wait until the registrar has seen every Register answered: the kubelet may list the devices (it dials
+    back and opens ListAndWatch while handling Register) before the plugin has read the answer."""
+    async with asyncio.timeout(timeout):
+        while not registrar.all_registered():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
 @pytest.fixture
 def plugin_dir() -> Path:
     path = Path(tempfile.mkdtemp(prefix="kg-reg-", dir="/tmp")) / "dp"
@@ -64,7 +72,7 @@ async def test_waits_for_a_kubelet_that_starts_later(plugin_dir: Path, registrar
     await sim.start()
     try:
         await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 4, timeout=5)
-        assert registrar.all_registered()
+        await registered(registrar)
         assert registrar.state[RESOURCE.name].registrations == 1
     finally:
         await sim.stop()
@@ -182,7 +190,7 @@ async def test_a_kubelet_restart_that_keeps_our_socket_restarts_the_server_befor
     assert sim.allocatable()[RESOURCE.name] == 4
     pod = await sim.admit(Pod("after", containers=[Container("c", {RESOURCE.name: 2})]))
     assert len(pod.containers["c"].devices[RESOURCE.name]) == 2
-    assert registrar.all_registered()
+    await registered(registrar)
 
 
 async def test_a_server_that_restarts_itself_is_registered_again(
@@ -200,7 +208,7 @@ async def test_a_server_that_restarts_itself_is_registered_again(
     await sim.wait_for(lambda: sim.allocatable().get(RESOURCE.name) == 1200, timeout=10)
     assert server.incarnation == 2 and server.receive_limit > 65536
     assert len(sim.events(EventKind.REGISTERED, resource=RESOURCE.name)) == 2
-    assert registrar.all_registered()
+    await registered(registrar)
 
 
 async def test_the_plugin_directory_we_create_is_0750_whatever_the_umask(plugin_dir: Path) -> None:
@@ -257,7 +265,7 @@ async def test_several_resources_register_again_at_once_after_each_kubelet_resta
         assert [s.incarnation for s in servers] == [restart + 1] * 4  # each restarted once per kubelet
         assert [len(sim.devices(n)) for n in MANY] == [4] * 4
     assert not sim.events(EventKind.STREAM_ENDED)  # no old stream tore a new registration down
-    assert registrar.all_registered()
+    await registered(registrar)
     assert sorted(p.name for p in plugin_dir.glob("*.sock")) == sorted(
         ["kubelet.sock", *(f"nvidia-{n.split('/')[1]}.sock" for n in MANY)]
     )

@@ -626,6 +626,8 @@ class Daemon:
         await watch_file(path, self._config_changed, since=self._config_identity)
 
     async def _config_changed(self) -> None:
+        # A restarted watcher starts from here, not from the file as it was at start.
+        self._config_identity = file_identity(Path(self.settings.config_file))
         log.info("config file %s changed; reloading", self.settings.config_file)
         await self.reload()
 
