@@ -4,10 +4,14 @@ it was armed (the daemon reads the file, then spends time discovering GPUs befor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-from kubegpu.plugin.filewatch import file_identity, watch_file
+import pytest
+
+from kubegpu.plugin.filewatch import Identity, file_identity, watch_file
 
 
 class Changes:
@@ -24,44 +28,36 @@ class Changes:
         self.seen.clear()
 
 
-async def watching(path: Path, changes: Changes, since: object) -> asyncio.Task[None]:
-    task = asyncio.create_task(watch_file(path, changes, since=since))  # type: ignore[arg-type]
+@contextlib.asynccontextmanager
+async def watching(path: Path, changes: Changes, since: Identity) -> AsyncIterator[None]:
+    task = asyncio.create_task(watch_file(path, changes, since=since))
     await asyncio.sleep(0.3)  # armed, and past its first look
-    return task
+    try:
+        yield
+    finally:
+        task.cancel()
 
 
-async def test_a_change_made_before_the_watch_was_armed_is_reported_once_armed(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("changed_after_the_read", "reported"), [(True, 1), (False, 0)])
+async def test_the_watch_reports_once_armed_what_changed_after_the_read_and_nothing_else(
+    tmp_path: Path, changed_after_the_read: bool, reported: int
+) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("version: v1\n")
     read = file_identity(path)
-    path.write_bytes(bytes(range(256)))  # changed after the read, before any watch exists
+    if changed_after_the_read:
+        path.write_bytes(bytes(range(256)))  # before any watch exists
     changes = Changes()
-    task = await watching(path, changes, read)
-    try:
-        await changes.next()
-        assert changes.count == 1
-    finally:
-        task.cancel()
-
-
-async def test_an_unchanged_file_raises_nothing_when_the_watch_is_armed(tmp_path: Path) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text("version: v1\n")
-    changes = Changes()
-    task = await watching(path, changes, file_identity(path))
-    try:
+    async with watching(path, changes, read):
         await asyncio.sleep(0.5)
-        assert changes.count == 0
-    finally:
-        task.cancel()
+    assert changes.count == reported
 
 
 async def test_in_place_writes_renames_and_symlink_swaps_are_each_reported(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("version: v1\n")
     changes = Changes()
-    task = await watching(path, changes, file_identity(path))
-    try:
+    async with watching(path, changes, file_identity(path)):
         path.write_text("version: v1\nflags: {}\n")  # in place
         await changes.next()
         temp = tmp_path / ".config.yaml.swp"
@@ -75,6 +71,4 @@ async def test_in_place_writes_renames_and_symlink_swaps_are_each_reported(tmp_p
         link.symlink_to(target)
         os.rename(link, path)  # a symlink swapped in atomically, as config-manager does
         await changes.next()
-        assert changes.count == 3
-    finally:
-        task.cancel()
+    assert changes.count == 3
