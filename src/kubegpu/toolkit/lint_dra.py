@@ -31,8 +31,8 @@ from kubegpu.toolkit.dra_facts import (
     references,
     slices_per_node,
 )
-from kubegpu.toolkit.lint_rules import RULES, WARNING, Finding
-from kubegpu.toolkit.manifests import DraObject, Manifests, Path, Source, Workload, path_text
+from kubegpu.toolkit.lint_rules import WARNING, Finding
+from kubegpu.toolkit.manifests import DraObject, Manifests, Path, Source, Workload
 
 V1BETA1 = "resource.k8s.io/v1beta1"
 
@@ -135,23 +135,9 @@ class _Linter:
         severity: str | None = None,
         container: str | None = None,
     ) -> None:
-        rule = RULES[rule_id]
         full = (*obj.object_path, *path)
-        self.findings.append(
-            Finding(
-                rule=rule.id,
-                name=rule.name,
-                severity=severity or rule.severity,
-                file=obj.source.file,
-                line=obj.source.line(full),
-                doc=obj.source.doc,
-                object=obj.ref,
-                container=container,
-                path=path_text(full),
-                message=message,
-                fix=fix,
-            )
-        )
+        finding = Finding.at(rule_id, obj.source, obj.ref, full, message, fix, severity, container)
+        self.findings.append(finding)
 
     def check_selector(self, obj: DraObject, path: Path, where: str, expression: str) -> None:
         error = compile_error(expression)

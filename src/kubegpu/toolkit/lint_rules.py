@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kubegpu.toolkit.cluster_facts import ClusterFacts
-from kubegpu.toolkit.manifests import Path, Workload, path_text
+from kubegpu.toolkit.manifests import Path, Source, Workload, path_text
 from kubegpu.toolkit.model import Container
 
 ERROR, WARNING = "error", "warning"
@@ -126,6 +126,34 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def at(
+        cls,
+        rule_id: str,
+        source: Source,
+        ref: str,
+        full: Path,
+        message: str,
+        fix: str,
+        severity: str | None = None,
+        container: str | None = None,
+    ) -> Finding:
+        """A finding of `rule_id` on the object `ref`, at `full` (a path from the document's root)."""
+        rule = RULES[rule_id]
+        return cls(
+            rule=rule.id,
+            name=rule.name,
+            severity=severity or rule.severity,
+            file=source.file,
+            line=source.line(full),
+            doc=source.doc,
+            object=ref,
+            container=container,
+            path=path_text(full),
+            message=message,
+            fix=fix,
+        )
+
 
 @dataclass
 class LintOptions:
@@ -151,24 +179,9 @@ class LintContext:
         from_object: bool = False,
     ) -> None:
         """Record a finding at `path`, taken from the pod spec (or from the object with `from_object`)."""
-        rule = RULES[rule_id]
         w = self.workload
         full = (*w.object_path, *path) if from_object else (*w.spec_path, *path)
-        self.findings.append(
-            Finding(
-                rule=rule.id,
-                name=rule.name,
-                severity=severity or rule.severity,
-                file=w.source.file,
-                line=w.source.line(full),
-                doc=w.source.doc,
-                object=w.ref,
-                container=container,
-                path=path_text(full),
-                message=message,
-                fix=fix,
-            )
-        )
+        self.findings.append(Finding.at(rule_id, w.source, w.ref, full, message, fix, severity, container))
 
     def api_path(self, path: Path) -> Path:
         """`path` (from the pod spec) from the object's root, as the API server names fields."""
