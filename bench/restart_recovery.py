@@ -40,78 +40,13 @@ from kubegpu.kubeletsim import EventKind
 TARGET_MEDIAN_MS = 50.0
 WARM_UP = 2  # unmeasured restarts each time a plugin takes its turn
 
-NAIVE_PLUGIN = r"""
+# What both baseline plugins share: the servicer, serving on their socket, one Register attempt.
+PLUGIN_COMMON = r"""
 import asyncio, os, sys
 import grpc
 from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 
 plugin_dir, resource, ids = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-ENDPOINT = "naive.sock"
-SOCKET = os.path.join(plugin_dir, ENDPOINT)
-KUBELET = os.path.join(plugin_dir, "kubelet.sock")
-POLL_S = 0.02
-
-
-class Plugin(api_pb2_grpc.DevicePluginServicer):
-    async def GetDevicePluginOptions(self, request, context):
-        return api_pb2.DevicePluginOptions()
-
-    async def ListAndWatch(self, request, context):
-        yield api_pb2.ListAndWatchResponse(devices=[api_pb2.Device(ID=i, health="Healthy") for i in ids])
-        await asyncio.Event().wait()
-
-    async def Allocate(self, request, context):
-        return api_pb2.AllocateResponse(container_responses=[
-            api_pb2.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(r.devices_ids)})
-            for r in request.container_requests])
-
-    async def PreStartContainer(self, request, context):
-        return api_pb2.PreStartContainerResponse()
-
-
-async def serve():
-    server = grpc.aio.server()
-    api_pb2_grpc.add_DevicePluginServicer_to_server(Plugin(), server)
-    server.add_insecure_port("unix://" + SOCKET)
-    await server.start()
-    return server
-
-
-async def register():
-    request = api_pb2.RegisterRequest(version="v1beta1", endpoint=ENDPOINT, resource_name=resource,
-                                      options=api_pb2.DevicePluginOptions())
-    while True:
-        try:
-            async with grpc.aio.insecure_channel("unix://" + KUBELET) as channel:
-                await api_pb2_grpc.RegistrationStub(channel).Register(request, timeout=5)
-            return
-        except grpc.aio.AioRpcError:
-            await asyncio.sleep(POLL_S)
-
-
-async def main():
-    server = None
-    while True:
-        if server is None or not os.path.exists(SOCKET):
-            if server is not None:
-                await server.stop(None)
-            server = await serve()
-            await register()
-        await asyncio.sleep(POLL_S)
-
-
-asyncio.run(main())
-"""
-
-
-BARE_PLUGIN = r"""
-import asyncio, os, sys
-import grpc
-from asyncinotify import Inotify, Mask
-from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
-
-plugin_dir, resource, ids = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-ENDPOINT = "bare.sock"
 SOCKET = os.path.join(plugin_dir, ENDPOINT)
 KUBELET = os.path.join(plugin_dir, "kubelet.sock")
 LIST = api_pb2.ListAndWatchResponse(devices=[api_pb2.Device(ID=i, health="Healthy") for i in ids])
@@ -143,6 +78,36 @@ async def register():
         return True
     except grpc.aio.AioRpcError:
         return False
+"""
+
+NAIVE_PLUGIN = (
+    'ENDPOINT = "naive.sock"\n'
+    + PLUGIN_COMMON
+    + r"""
+POLL_S = 0.02
+
+
+async def main():
+    server = None
+    while True:
+        if server is None or not os.path.exists(SOCKET):
+            if server is not None:
+                await server.stop(None)
+            server = await serve()
+            while not await register():
+                await asyncio.sleep(POLL_S)
+        await asyncio.sleep(POLL_S)
+
+
+asyncio.run(main())
+"""
+)
+
+BARE_PLUGIN = (
+    'ENDPOINT = "bare.sock"\n'
+    + PLUGIN_COMMON
+    + r"""
+from asyncinotify import Inotify, Mask
 
 
 async def main():
@@ -166,6 +131,7 @@ async def main():
 
 asyncio.run(main())
 """
+)
 
 
 class Contender:
