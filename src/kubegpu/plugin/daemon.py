@@ -385,7 +385,7 @@ class Daemon:
             if load_config:
                 self.metrics.config_reload("error")
             return
-        previous = self.settings.log_json()
+        previous = self.settings.log_json() if load_config else ""  # what the reload line compares
         try:
             applied = await self._apply(candidate)
         except Exception as err:
