@@ -337,3 +337,24 @@ def test_a_plain_mps_config_says_the_chart_sets_the_mps_root(tmp_path: Path) -> 
         "from "
         "mps.root, /run/nvidia/mps by default: check with --mps-root /run/nvidia/mps or give the values file)"
     ]
+
+
+def test_keys_the_api_server_refuses_are_reported_and_errors_name_the_key_not_a_scratch_file(
+    tmp_path: Path,
+) -> None:
+    data = {".": "version: v1\n", "../a": "version: v1\n", "k" * 254: "version: v1\n"}
+    data["bad"] = "version: v1\nflags:\n  migStrategy: [\n"
+    path = tmp_path / "cm.yaml"
+    path.write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data})
+    )
+    code, report = run(str(path), "--profile", "t4-pcie")
+    assert code == 1
+    refused = "not a valid ConfigMap key (the API server refuses it): use letters, digits, '-', '_', '.'"
+    assert report["errors"] == [f".: {refused}", f"../a: {refused}", f"{'k' * 254}: {refused}"]
+    (bad,) = report["configs"]  # the refused keys are not checked as configs
+    assert bad["key"] == "bad"
+    (error,) = bad["errors"]
+    assert error.startswith("unable to parse config file: ")
+    assert f"(at line 4, column 1 of {path}[bad]; " in error
+    assert "kubegpu-config-check-" not in json.dumps(report)

@@ -31,7 +31,7 @@ from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.settings.env import NvmlSelection
 from kubegpu.settings.given import FlagValue
 from kubegpu.settings.nvidia_config import CONFIG_FILE_LIMIT, ConfigError
-from kubegpu.settings.plugin import resolve
+from kubegpu.settings.plugin import MPS_ROOT_MISSING, resolve
 from kubegpu.settings.report import Effective
 from kubegpu.settings.setting import CONFIG_CHECK
 
@@ -112,8 +112,7 @@ def _node(profile: str | None) -> str:
     return profile or "this node (real NVML)"
 
 
-# NVIDIA's text (settings/plugin.py) is kept; config check adds where the value comes from on a cluster.
-_MPS_ROOT_MISSING = "using MPS requires --mps-root to be specified"
+# NVIDIA's text (MPS_ROOT_MISSING) is kept; config check adds where the value comes from on a cluster.
 _MPS_ROOT_HINT = (
     " (the Helm chart sets it from mps.root, /run/nvidia/mps by default: check with "
     "--mps-root /run/nvidia/mps or give the values file)"
@@ -121,7 +120,7 @@ _MPS_ROOT_HINT = (
 
 
 def _explain_mps_root(report: CheckReport) -> None:
-    report.errors = [e + _MPS_ROOT_HINT if e.endswith(_MPS_ROOT_MISSING) else e for e in report.errors]
+    report.errors = [e + _MPS_ROOT_HINT if e.endswith(MPS_ROOT_MISSING) else e for e in report.errors]
 
 
 @dataclass
@@ -172,12 +171,12 @@ def check_source(
     if key is not None:
         keys = [n.key for n in source.configs]
         try:  # config-manager's rule and words for a label that names no key
-            select_config(key, {*keys, *(k.rsplit("/", 1)[-1] for k in keys)})
+            select_config(key, {*keys, *(n.bare for n in source.configs)})
         except ConfigManagerError as err:
             report.errors = [f"{err} in {file} (its keys: {', '.join(keys) or 'none'})"]
             report.bad_input = True
             return report
-        chosen = [n for n in source.configs if key in (n.key, n.key.rsplit("/", 1)[-1])]
+        chosen = [n for n in source.configs if key in (n.key, n.bare)]
     elif source.kind == VALUES:
         report.unlabelled = _unlabelled(source, report)
     if source.kind == VALUES and not flags["mps-root"].explicit:
@@ -194,12 +193,15 @@ def _check_one(
     shown: str, directory: Path, named: Named, flags: dict[str, FlagValue], profile: str | None
 ) -> CheckReport:
     directory.mkdir(mode=0o700)
-    path = directory / named.key.rsplit("/", 1)[-1]
+    path = directory / "config"  # any name: every mention of the scratch copy is replaced below
     path.write_bytes(named.data)
     one = check({**flags, "config-file": FlagValue(str(path), True, "--config-file")}, profile)
     _explain_mps_root(one)
     one.config_file = f"{shown}[{named.key}]"
-    one.settings = tuple(  # the config's name in the file, not the scratch copy
+    # The config's name in the file, not the scratch copy (deleted by the time anyone reads the report).
+    one.errors = [e.replace(str(path), one.config_file) for e in one.errors]
+    one.warnings = [w.replace(str(path), one.config_file) for w in one.warnings]
+    one.settings = tuple(
         replace(e, given=replace(e.given, value=one.config_file)) if e.setting.name == "config-file" else e
         for e in one.settings
     )

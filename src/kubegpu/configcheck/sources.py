@@ -40,8 +40,9 @@ _WRAPPED = re.compile(r"^(?:kind|config)\s*:", re.M)
 class Named:
     """One config of a ConfigMap or values file: its key (the label value that selects it) and bytes."""
 
-    key: str
+    key: str  # as reported: "KEY", or "CONFIGMAP/KEY" when the file holds several ConfigMaps
     data: bytes
+    bare: str  # the data key as written: what a node label selects
 
 
 @dataclass
@@ -128,7 +129,7 @@ def _configmaps(objects: list[dict[str, Any]], file: str) -> Source:
                     f"refuses it; write the config as a block scalar (`{key}: |` and the file indented below)"
                 )
                 continue
-            source.configs.append(Named(prefix + key, value.encode()))
+            source.configs.append(Named(prefix + key, value.encode(), key))
         for key, value in binary.items():
             key = _key_text(key)
             try:
@@ -138,7 +139,7 @@ def _configmaps(objects: list[dict[str, Any]], file: str) -> Source:
                     f"ConfigMap {name}: binaryData.{key} is not base64: the API server refuses it"
                 )
                 continue
-            source.configs.append(Named(prefix + key, raw))
+            source.configs.append(Named(prefix + key, raw, key))
     _check_keys(source)
     return source
 
@@ -177,26 +178,32 @@ def _values(values: dict[str, Any], file: str) -> Source:
                 f"config.map.{key}=FILE"
             )
             continue
-        source.configs.append(Named(key, value.encode()))
+        source.configs.append(Named(key, value.encode(), key))
     _check_keys(source)
     return source
 
 
 def _check_keys(source: Source) -> None:
-    """A key that no node label can name is a config no node can ever get."""
+    """A key that no node label can name is a config no node can ever get; a key the API server refuses
+    is reported and not checked further (no node gets that ConfigMap at all)."""
+    valid = []
     for named in source.configs:
-        key = named.key.rsplit("/", 1)[-1]
-        if not (set(key) <= _KEY_CHARS) or len(key.encode()) > 253 or not key or key.startswith(".."):
+        key = named.bare
+        refused = key in ("", ".") or key.startswith("..") or len(key.encode()) > 253
+        if refused or not set(key) <= _KEY_CHARS:
             source.problems.append(
                 f"{key}: not a valid ConfigMap key (the API server refuses it): use letters, digits, '-', "
                 "'_', '.'"
             )
-        elif not is_qualified_name(key):  # a label value: at most 63 characters, alphanumeric at both ends
+            continue
+        valid.append(named)
+        if not is_qualified_name(key):  # a label value: at most 63 characters, alphanumeric at both ends
             source.warnings.append(
                 f"{key}: no node can select this config: the label nvidia.com/device-plugin.config={key} is "
                 "not a "
                 "valid label value (at most 63 characters, starting and ending with a letter or digit)"
             )
+    source.configs = valid
 
 
 def _key_text(key: Any) -> str:

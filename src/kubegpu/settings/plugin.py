@@ -37,6 +37,9 @@ from kubegpu.settings.schema import dump
 from kubegpu.settings.setting import PLUGIN
 from kubegpu.settings.table import lookup
 
+# NVIDIA's text for MPS sharing without an MPS root (`config check` adds where the chart sets it).
+MPS_ROOT_MISSING = "using MPS requires --mps-root to be specified"
+
 
 @dataclass(frozen=True, slots=True)
 class PluginSettings:
@@ -115,7 +118,7 @@ def validate(settings: PluginSettings) -> None:
         if mig == "mixed":
             problems.append("using --mig-strategy=mixed is not supported with MPS")
         if not flags.mpsRoot:
-            problems.append("using MPS requires --mps-root to be specified")
+            problems.append(MPS_ROOT_MISSING)
     if problems:
         raise ConfigError(
             "unable to validate flags: " + "; ".join(problems),
