@@ -286,3 +286,43 @@ def test_live_reads_the_dra_objects_from_the_newest_version_served() -> None:
     parsed = parse_slice(slice_obj)
     assert parsed.devices[0].attributes["productName"] == {"string": "NVIDIA A100-SXM4-80GB"}
     assert [c["metadata"]["name"] for c in snap.dra["DeviceClass"]] == ["gpu.nvidia.com"]
+
+
+def owned_claim(name: str, node_name: str, device: str) -> dict[str, Any]:
+    """A claim of the pod, allocated `device` on `node_name` (the allocator pins it there)."""
+    owned = dra.claim(name, namespace="ml")
+    result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node_name, "device": device}
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+        ]
+    }
+    owned["status"] = {"allocation": {"devices": {"results": [result]}, "nodeSelector": selector}}
+    return owned
+
+
+def test_an_allocated_claim_keeps_the_pod_to_the_node_of_its_allocation(tmp_path: Path) -> None:
+    items = cluster(
+        owned_claim("train-gpu", "gpu-a", "gpu-0"), pod([{"name": "gpu", "resourceClaimName": "train-gpu"}])
+    )
+    code, report = run(tmp_path, items, "--json")
+    assert (code, report["status"]) == (0, "would-fit")
+    assert [(n["node"], n["plugin"], n["reasons"]) for n in report["nodes"]] == [
+        ("gpu-a", None, []),
+        ("gpu-b", "DynamicResources", ["resourceclaim not available on the node"]),
+    ]
+
+
+def test_a_device_the_pods_own_allocated_claim_holds_is_not_given_to_its_other_claim(tmp_path: Path) -> None:
+    # gpu-a: gpu-0 is held by the pod's first claim, gpu-1 is tainted; gpu-b is outside that claim's node.
+    claims = [
+        {"name": "first", "resourceClaimName": "train-first"},
+        {"name": "gpu", "resourceClaimTemplateName": "gpu-40gi"},
+    ]
+    items = cluster(template(), owned_claim("train-first", "gpu-a", "gpu-0"), pod(claims))
+    code, report = run(tmp_path, items, "--json")
+    assert code == 1 and report["status"] == "pending-unschedulable"
+    assert report["message"] == (
+        "0/2 nodes are available: 1 cannot allocate all claims, 1 resourceclaim not available on the node."
+    )
+    assert report["dra"]["free_to_fit"] == []  # only other pods' claims could let go, and none holds one

@@ -28,6 +28,7 @@ from kubegpu.resourceapi import (
 )
 from kubegpu.resourceapi import Node as DraNode
 from kubegpu.resourceapi.explain import AVAILABLE, IN_USE
+from kubegpu.resourceapi.nodes import selector_matches
 from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES, slices_per_node
 from kubegpu.toolkit.model import Node, Pod
 from kubegpu.toolkit.scheduling import Outcome, Rejection
@@ -219,6 +220,29 @@ def _row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
     return DraNodeRow(account.node, account.fits, account.summary, pools, requests, allocation)
 
 
+# The scheduler's Filter words for a node outside an allocated claim's node selector.
+NOT_ON_THIS_NODE = "resourceclaim not available on the node"
+
+
+def _keep_nodes_of_allocated_claims(
+    allocated: list[ResourceClaim], outcome: Outcome, nodes: dict[str, Node]
+) -> None:
+    """An allocated claim can only be used where its allocation's nodeSelector points (none: anywhere)."""
+    selectors = [
+        c.allocation["nodeSelector"] for c in allocated if c.allocation and c.allocation.get("nodeSelector")
+    ]
+    if not selectors:
+        return
+    kept = []
+    for name in outcome.feasible:
+        node = DraNode(name, dict(nodes[name].metadata.labels or {}))
+        if all(selector_matches(s, node) for s in selectors):
+            kept.append(name)
+        else:
+            outcome.rejections[name] = Rejection(DYNAMIC_RESOURCES, (NOT_ON_THIS_NODE,))
+    outcome.feasible = kept
+
+
 def dra_filter(
     snapshot: Snapshot, pod: Pod, outcome: Outcome, nodes: dict[str, Node]
 ) -> DraExplanation | None:
@@ -240,12 +264,15 @@ def dra_filter(
             if first["kind"] == "ResourceClaim"
             else f'pod "{pod.metadata.namespace}/{pod.metadata.name}": ResourceClaim not created yet'
         )
-        outcome.prefilter_message = message
+        if outcome.prefilter_message is None:  # an earlier PreFilter (NodeAffinity) failed first
+            outcome.prefilter_message = message
         for name in outcome.feasible:
             outcome.rejections[name] = Rejection(DYNAMIC_RESOURCES, (message,))
         outcome.feasible = []
     if any(r["state"] in ("missing", "unreadable") for r in rows):
         return result  # nothing to allocate against
+    allocated = [c for c in claims if c.allocation is not None]
+    _keep_nodes_of_allocated_claims(allocated, outcome, nodes)
     pending = [c for c in claims if c.allocation is None]
     if not pending:
         notes.append("every claim of the pod is allocated already; the scheduler only checks their nodes")
@@ -268,7 +295,10 @@ def dra_filter(
         notes,
         "ResourceClaim",
     )
-    held = holders(others)
+    # Every allocated claim holds its devices, the pod's own included (a pending claim of the pod cannot
+    # be given a device its other claim holds); only other pods' claims can let go in the what-if below.
+    own = holders(allocated)
+    held = {**holders(others), **own}
     candidates = [DraNode(name, dict(nodes[name].metadata.labels or {})) for name in outcome.feasible]
     feasible = []
     accounts = {}
@@ -288,13 +318,15 @@ def dra_filter(
     outcome.feasible = feasible
     by_name = {node.name: node for node, _ in per_node}
     rejected = [by_name[a.node] for a in result.nodes if not a.fits]
-    if not feasible and rejected and held:
-        # What if the other claims let go: the nodes that fit then, and who holds what there.
+    if not feasible and rejected and len(held) > len(own):
+        # What if the other pods' claims let go: the nodes that fit then, and who holds what there.
         for account in (
-            a for node in rejected for a in explain(pending, classes, reachable_of[node.name], [node])
+            a for node in rejected for a in explain(pending, classes, reachable_of[node.name], [node], own)
         ):
             if account.fits:
                 verdicts = (v for r in accounts[account.node].requests for v in r.verdicts)
-                holding = sorted({held[v.device] for v in verdicts if v.verdict == IN_USE})
+                holding = sorted(
+                    {held[v.device] for v in verdicts if v.verdict == IN_USE} - set(own.values())
+                )
                 result.free_to_fit.append({"node": account.node, "held_by": holding})
     return result
