@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from kubegpu.apisim import ApiServerSim
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import AllocatedClaim, ClaimGone, ClaimReader
@@ -225,3 +226,29 @@ async def test_cleanup_unprepares_claims_that_are_gone_and_keeps_the_rest(tmp_pa
         "kept", "u1", ["gpu-0"], reserved=False
     )  # not reserved: not ours to judge
     assert await preparer.clean_up() == []
+
+
+async def test_cleanup_through_the_api_server_keeps_claims_when_their_version_stops_being_served(
+    tmp_path: Path,
+) -> None:
+    # The real reader on the API simulator: a claim that was deleted is cleaned up, but a 404 for the path
+    # (an upgrade took the version away) is not "every claim was deleted": the claims stay prepared.
+    preparer, _ = make(tmp_path)
+    with (
+        ApiServerSim(resource_versions=("v1", "v1beta1")) as api,
+        client.ApiClient(client.Configuration(host=api.url)) as api_client,
+    ):
+        preparer.reader = ClaimReader(api_client, "gpu.nvidia.com")
+        uids = {}
+        for name, device in (("kept", "gpu-0"), ("deleted", "gpu-1")):
+            created = api.create("resourceclaims", {**allocated(name, "", [device]), "spec": {"devices": {}}})
+            created["status"] = allocated(name, "", [device])["status"]
+            uids[name] = api.update("resourceclaims", created, status=True)["metadata"]["uid"]
+        prepared = await preparer.prepare([ref(name, uid) for name, uid in uids.items()])
+        assert [r.error for r in prepared.values()] == ["", ""]
+        api.served["resource.k8s.io"] = ("v1beta1",)
+        assert await preparer.clean_up() == []  # the 404 named no claim: the version is looked up again
+        assert sorted(preparer.checkpoint.claims) == sorted(uids.values())
+        api.delete("resourceclaims", "deleted", namespace="default")
+        assert await preparer.clean_up() == [uids["deleted"]]  # now read through v1beta1
+        assert list(preparer.checkpoint.claims) == [uids["kept"]]

@@ -102,8 +102,10 @@ class ClaimReader:
             )
             obj = json.loads(response.data)
         except ApiException as err:
-            if err.status == 404:
+            if err.status == 404 and _names_claim(err, name):
                 raise ClaimGone(f"{what} not found: it was deleted before it could be prepared") from None
+            if err.status == 404:  # the path itself: the version went away (an upgrade); look it up again
+                self.version = None
             raise ClaimError(f"cannot read {what}: {err.status} {err.reason}") from None
         except (OSError, ValueError) as err:  # connection refused, timeouts, not JSON
             raise ClaimError(f"cannot read {what}: {err}") from None
@@ -134,3 +136,13 @@ class ClaimReader:
         if not results:
             raise ClaimError(f"{what} has no devices of driver {self.driver_name}")
         return AllocatedClaim(namespace, name, uid, results, tuple(devices.get("config") or []))
+
+
+def _names_claim(err: ApiException, name: str) -> bool:
+    """A 404 about this claim (its Status names it), not about the path: a version the server no longer
+    serves answers 404 too, for every claim, and must not read as "every claim was deleted"."""
+    try:
+        details = json.loads(err.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return False
+    return bool(details.get("kind") == "resourceclaims" and details.get("name") == name)
