@@ -374,6 +374,21 @@ async def test_a_server_that_stops_serving_v1_is_asked_again(caplog: pytest.LogC
     assert "publishing ResourceSlices through resource.k8s.io/v1beta1" in caplog.messages
 
 
+async def test_an_idle_publisher_whose_watch_gets_404_asks_the_version_again_and_restores_its_slice() -> None:
+    # Nothing to write, so only the watch sees the version go; the node's slice deleted afterwards (the
+    # kubelet's wipe) must still come back, through the version now served.
+    with ApiServerSim(resource_versions=("v1", "v1beta1")) as api:
+        api.add_node(NODE)
+        async with Running(api) as publisher:
+            publisher.update([gpu(0), gpu(1)])
+            await eventually(lambda: len(pool_devices(api)) == 2)
+            api.served["resource.k8s.io"] = ("v1beta1",)
+            api.close_streams()  # the watch reconnects, to a version no longer served
+            await eventually(lambda: publisher.version == "v1beta1")
+            api.delete("resourceslices", slices_of(api)[0]["metadata"]["name"])
+            await eventually(lambda: pool_devices(api) == ["gpu-0", "gpu-1"])
+
+
 async def test_a_132_server_has_no_device_taints_so_a_tainted_device_leaves_the_slice() -> None:
     with ApiServerSim(resource_versions=("v1beta1",), kubernetes_version="1.32.4") as api:
         api.add_node(NODE)

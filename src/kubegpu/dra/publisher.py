@@ -483,6 +483,8 @@ class SlicePublisher:
             except ApiException as err:
                 if err.status == HTTP_GONE:
                     continue  # history compacted: list again
+                if err.status == HTTP_NOT_FOUND:  # the version went away: the loop asks which one now
+                    self._call_in_loop(self._rediscover_now)
                 self._watch_failed(backoff, f"the API server answered {err.status} {err.reason}")
             except (PublishError, *RETRIED) as err:
                 if self._stopping.is_set():
@@ -569,6 +571,10 @@ class SlicePublisher:
             self._wake.set()
         if self._stopped is not None and self._stopping.is_set():
             self._stopped.set()
+
+    def _rediscover_now(self) -> None:
+        self._rediscover = True
+        self._poke_now()
 
     def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         loop = self._loop
