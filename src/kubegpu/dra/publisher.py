@@ -276,8 +276,7 @@ class SlicePublisher:
         if len(mine) != len(chunks) or len({slices.generation_of(o) for o in mine}) != 1:
             return False
         for obj in mine:
-            pool = (obj.get("spec") or {}).get("pool") or {}
-            if pool.get("name") != self.node_name or pool.get("resourceSliceCount") != len(chunks):
+            if slices.pool_of(obj) != self.node_name or slices.slice_count_of(obj) != len(chunks):
                 return False
         # Which slice holds which chunk does not matter (slice names are random): compare as multisets.
         got = sorted(slices.content_key(slices.devices_of(o, self._v)) for o in mine)

@@ -178,6 +178,11 @@ def generation_of(obj: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) else 0
 
 
+def slice_count_of(obj: Mapping[str, Any]) -> int:
+    value = ((obj.get("spec") or {}).get("pool") or {}).get("resourceSliceCount", 0)
+    return value if isinstance(value, int) else 0
+
+
 def pool_of(obj: Mapping[str, Any]) -> str:
     return str(((obj.get("spec") or {}).get("pool") or {}).get("name", ""))
 

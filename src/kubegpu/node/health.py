@@ -189,10 +189,8 @@ class HealthMonitor:
 
     def start(self, arm_timeout_s: float = 10.0) -> None:
         """Start watching; returns once events are armed, so no XID after this call can be missed."""
-        if not self._classifier.policy.checks_enabled:
-            log.info("health checks disabled by DP_DISABLE_HEALTHCHECKS; GPUs stay Healthy")
-            self.finished.set_result(None)
-            return
+        # The daemons decide (and log) that health checks are off; they start no monitor then.
+        assert self._classifier.policy.checks_enabled, "no health monitor is started with health checks off"
         self._thread = threading.Thread(target=self._run, name="nvml-health", daemon=True)
         self._thread.start()
         if not self._armed.wait(arm_timeout_s):
