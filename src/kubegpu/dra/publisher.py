@@ -109,6 +109,7 @@ class SlicePublisher:
         self._last_chunks: list[list[Device]] | None = None  # what the last write published
         self._foreign_edit_delay = foreign_edit_delay
         self._last_fix = -foreign_edit_delay  # when someone else's change was last undone
+        self._fix_timer: asyncio.TimerHandle | None = None  # the pass that undoes it, when it must wait
         self._generation = 0
         self._left_out: tuple[str, ...] = ()
         self._watch_thread: threading.Thread | None = None
@@ -210,7 +211,9 @@ class SlicePublisher:
             wait = self._last_fix + self._foreign_edit_delay - time.monotonic()
             if wait > 0:
                 assert self._loop is not None
-                self._loop.call_later(wait, self._poke_now)
+                if self._fix_timer is not None:  # one pending wake-up, however many passes see the edit
+                    self._fix_timer.cancel()
+                self._fix_timer = self._loop.call_later(wait, self._poke_now)
                 return
             self._last_fix = time.monotonic()
             log.info(
