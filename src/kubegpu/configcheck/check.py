@@ -50,7 +50,9 @@ class CheckReport:
     @property
     def exit_code(self) -> int:
         """0: the plugin would start; 1: it would not (the errors say why); 2: FILE or --profile unusable."""
-        return 2 if self.bad_input else 1 if self.errors else 0
+        if self.bad_input:
+            return output.EXIT_USAGE
+        return output.EXIT_FINDINGS if self.errors else output.EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -139,8 +141,9 @@ class SourceReport:
     @property
     def exit_code(self) -> int:
         if self.bad_input:
-            return 2
-        return max([1 if self.errors else 0, *(r.exit_code for _, r in self.configs)])
+            return output.EXIT_USAGE
+        own = output.EXIT_FINDINGS if self.errors else output.EXIT_OK
+        return max([own, *(r.exit_code for _, r in self.configs)])
 
     def to_json(self) -> dict[str, Any]:
         return {

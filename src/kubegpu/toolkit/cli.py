@@ -31,14 +31,13 @@ from kubegpu.toolkit.manifests import Manifests, parse_text
 from kubegpu.toolkit.model import DaemonSet, Pod
 from kubegpu.toolkit.snapshot import Snapshot, SnapshotError, load_snapshot
 
-USAGE_ERROR = 2
 # A manifest file (or standard input) is read up to this size: all of a cluster's manifests in one file are
 # tens of MB; this stops a wrong file, not a real one.
 MANIFEST_LIMIT = 256 * MIB
 
 
 def _fail(message: str) -> NoReturn:
-    output.error(message, USAGE_ERROR)
+    output.error(message, output.EXIT_USAGE)
 
 
 @contextlib.contextmanager
