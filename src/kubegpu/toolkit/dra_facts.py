@@ -115,3 +115,14 @@ def slices_per_node(slices: Iterable[Any], nodes: Iterable[Any]) -> Iterator[tup
             shared.append(s)
     for node in nodes:
         yield node, own.get(node.name, []) + shared
+
+
+def claim_from_template(template: dict[str, Any], namespace: str, name: str) -> dict[str, Any]:
+    """The ResourceClaim the resourceclaim controller makes from a ResourceClaimTemplate: its spec.spec."""
+    spec = template.get("spec") or {}
+    return {
+        "apiVersion": template.get("apiVersion"),
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec.get("spec") if isinstance(spec, dict) else None,
+    }

@@ -29,7 +29,7 @@ from kubegpu.resourceapi import (
 from kubegpu.resourceapi import Node as DraNode
 from kubegpu.resourceapi.explain import AVAILABLE, IN_USE
 from kubegpu.resourceapi.nodes import selector_matches
-from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES, slices_per_node
+from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES, claim_from_template, slices_per_node
 from kubegpu.toolkit.model import Node, Pod
 from kubegpu.toolkit.scheduling import Outcome, Rejection
 from kubegpu.toolkit.snapshot import Snapshot
@@ -100,18 +100,6 @@ def _parsed(raw: Iterable[dict[str, Any]], parse: Any, notes: list[str], what: s
     return out
 
 
-def _from_template(template: dict[str, Any], pod: Pod, claim_name: str) -> dict[str, Any]:
-    """The claim the resourceclaim controller makes for one pod claim (its name is generated; this one
-    is the pod's name and the claim's, as the controller's generateName starts)."""
-    spec = template.get("spec") or {}
-    return {
-        "apiVersion": template.get("apiVersion"),
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"{pod.metadata.name}-{claim_name}", "namespace": pod.metadata.namespace},
-        "spec": spec.get("spec") if isinstance(spec, dict) else None,
-    }
-
-
 def _find(snapshot: Snapshot, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     for obj in snapshot.dra_objects(kind):
         meta = obj.get("metadata") or {}
@@ -141,7 +129,8 @@ def pod_claims(
             template = _find(snapshot, "ResourceClaimTemplate", namespace, template_name)
             claim_name, state = f"{pod.metadata.name}-{pod_claim.name}", "to be made from template"
             if template is not None:
-                raw = _from_template(template, pod, pod_claim.name)
+                # named as the controller's generateName starts: the pod's name and the claim's
+                raw = claim_from_template(template, namespace, claim_name)
                 notes.append(
                     f"pod claim {pod_claim.name!r}: no ResourceClaim was made from template "
                     f"{template_name!r} yet; explained as the claim the resourceclaim controller would make"

@@ -27,6 +27,7 @@ from kubegpu.toolkit.dra_facts import (
     RETIRED,
     STANDARD_DOMAIN,
     Reference,
+    claim_from_template,
     published,
     references,
     slices_per_node,
@@ -227,14 +228,7 @@ class _Linter:
 
     def _as_claim(self, obj: DraObject) -> ResourceClaim:
         if obj.kind == "ResourceClaimTemplate":
-            spec = obj.obj.get("spec") or {}
-            raw = {
-                "apiVersion": obj.api_version,
-                "kind": "ResourceClaim",
-                "metadata": {"name": obj.name, "namespace": obj.namespace},
-                "spec": spec.get("spec") if isinstance(spec, dict) else None,
-            }
-            return parse_claim(raw)
+            return parse_claim(claim_from_template(obj.obj, obj.namespace, obj.name))
         return parse_claim(obj.obj)
 
     def check_counts(self, obj: DraObject, classes: dict[str, tuple[str, ...]]) -> None:
