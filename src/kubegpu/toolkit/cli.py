@@ -23,9 +23,9 @@ from kubegpu.common import output
 from kubegpu.common.files import MIB, FileProblem, decode_text, read_text_file
 from kubegpu.toolkit import render
 from kubegpu.toolkit.cluster_facts import ClusterFacts
-from kubegpu.toolkit.findings import exit_code as findings_exit_code
-from kubegpu.toolkit.lint import RULES, LintOptions, exit_code
-from kubegpu.toolkit.lint import lint as run_lint
+from kubegpu.toolkit.doctor.findings import exit_code as findings_exit_code
+from kubegpu.toolkit.lint.run import RULES, LintOptions, exit_code
+from kubegpu.toolkit.lint.run import lint as run_lint
 from kubegpu.toolkit.live import CURRENT, KubeTarget
 from kubegpu.toolkit.manifests import Manifests, parse_text
 from kubegpu.toolkit.model import DaemonSet, Pod
@@ -164,7 +164,7 @@ def lint_files(
             options.cluster = ClusterFacts.of(_snapshot_or_live(snapshot_path, target=live or CURRENT))
     if plugin_config:
         from kubegpu.settings.nvidia_config import ConfigError
-        from kubegpu.toolkit.plugin_config import fail_requests_greater_than_one
+        from kubegpu.toolkit.lint.plugin_config import fail_requests_greater_than_one
 
         try:
             options.fail_requests_greater_than_one = fail_requests_greater_than_one(plugin_config)
@@ -300,7 +300,7 @@ def explain_pod(
 def _explain(
     namespace: str, name: str, snapshot_path: str | None, all_nodes: bool, as_json: bool, target: KubeTarget
 ) -> None:
-    from kubegpu.toolkit.explain import explain as run_explain
+    from kubegpu.toolkit.explain.run import explain as run_explain
 
     snap = _snapshot_or_live(snapshot_path, keep=((namespace, name),), target=target)
     pod = snap.find_pod(namespace, name)
@@ -395,7 +395,7 @@ def run_doctor(
 
 
 def _planned(path: str) -> list[DaemonSet]:
-    from kubegpu.toolkit.doctor_preflight import PreflightError, read_planned
+    from kubegpu.toolkit.doctor.preflight import PreflightError, read_planned
 
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
@@ -417,12 +417,12 @@ def _doctor(
     target: KubeTarget,
 ) -> None:
     if cluster_mode and preflight_path:
-        from kubegpu.toolkit.doctor_preflight import preflight
+        from kubegpu.toolkit.doctor.preflight import preflight
 
         planned = _planned(preflight_path)
         findings = preflight(planned, _snapshot_or_live(snapshot_path, target=target))
     elif cluster_mode:
-        from kubegpu.toolkit.doctor_cluster import doctor_cluster
+        from kubegpu.toolkit.doctor.cluster import doctor_cluster
 
         findings = doctor_cluster(_snapshot_or_live(snapshot_path, target=target))
     else:
@@ -431,7 +431,7 @@ def _doctor(
         from kubegpu.settings.nvidia_config import ConfigError
         from kubegpu.settings.setting import DOCTOR
         from kubegpu.settings.table import for_command
-        from kubegpu.toolkit.doctor_node import doctor_node
+        from kubegpu.toolkit.doctor.node import doctor_node
 
         if not Path(host_root).is_dir():  # bad input (exit 2), not a finding about the node
             _fail(
