@@ -1,6 +1,6 @@
 """The device plugin daemon (`kubegpu plugin`): one asyncio loop serving the allocation core to the kubelet.
 
-Owns the lifecycle and reloads (`daemon`), the pure plan a reload applies (`reconcile`), restarts of
+Owns the lifecycle and reloads (`daemon`), the candidate a change is prepared as (`prepare`), the pure plan a reload applies (`reconcile`), restarts of
 background tasks (`supervise`), one DevicePlugin gRPC service per resource (`server`, with its method table
 `rpc_table` and its bounds `serving_limits`), registration with the current kubelet (`registrar`),
 Prometheus metrics (`metrics`), the optional
