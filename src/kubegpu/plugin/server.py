@@ -32,8 +32,7 @@ from kubegpu.allocation.allocate import (
     AllocationRequestError,
     ContainerAllocation,
     allocate_container,
-    validate_containers,
-    validate_request,
+    validate_allocate,
 )
 from kubegpu.allocation.preferred import (
     PreferredAllocationError,
@@ -292,9 +291,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             return self._undecodable(rpc, request, context, empty)
         containers = request.container_requests
         try:
-            validate_containers(self.resource, [len(req.devices_ids) for req in containers])
-            for req in containers:
-                validate_request(self.resource, req.devices_ids)
+            validate_allocate(self.resource, [req.devices_ids for req in containers])
         except AllocationRequestError as err:
             code = grpc.StatusCode.UNKNOWN if err.nvidia_compatible else grpc.StatusCode.INVALID_ARGUMENT
             return self._refuse(rpc, code, str(err), context, empty)
