@@ -265,21 +265,24 @@ async def test_a_resource_that_outgrows_the_limit_says_so_and_starts_again_with_
         assert not await server.update(big) and told == [True]  # the same list again: nothing to do
 
 
-async def test_calls_beyond_the_concurrency_limit_are_resource_exhausted(served) -> None:
+async def test_streams_beyond_their_limit_are_resource_exhausted_and_unary_calls_go_on(served) -> None:
     _, stub = served
-    streams = [stub.ListAndWatch(api_pb2.Empty()) for _ in range(16)]
+    streams = [stub.ListAndWatch(api_pb2.Empty()) for _ in range(8)]
     for stream in streams:
         await stream.read()  # each one is open and served
     extra = stub.ListAndWatch(api_pb2.Empty())
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await extra.read()
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (await stub.GetDevicePluginOptions(api_pb2.Empty())).get_preferred_allocation_available
     for stream in streams:
         stream.cancel()
     async with asyncio.timeout(10):
         while True:  # the server sees the cancellations on its own schedule
+            again = stub.ListAndWatch(api_pb2.Empty())
             try:
-                await stub.GetDevicePluginOptions(api_pb2.Empty())
+                await again.read()
+                again.cancel()
                 break
             except grpc.aio.AioRpcError as busy:
                 assert busy.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
