@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kubegpu.common.quoting import VALUE_LIMIT, plain_id
+
 MIB = 1024 * 1024
 
 # UTF-16 and UTF-32 byte-order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
@@ -37,7 +39,8 @@ class FileProblem(ValueError):
         self.path = str(path)
         self.problem = problem
         self.fix = fix
-        super().__init__(f"{self.path}: {problem}; {fix}")
+        # A path holding a newline would end the one-line error there: quoted, as device IDs are.
+        super().__init__(f"{plain_id(self.path, VALUE_LIMIT)}: {problem}; {fix}")
 
 
 def describe_size(size: int) -> str:
