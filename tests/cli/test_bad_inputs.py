@@ -41,6 +41,7 @@ class Run:
     env: tuple[tuple[str, str], ...] = ()
     logs: bool = False  # a long-running command: its error is one log record among others
     report: bool = False  # a report on stdout (config check's findings): its error lines are one line each
+    stdin: str = os.devnull  # what standard input reads
 
 
 def file_path(tmp: Path, kind: str) -> str:
@@ -100,14 +101,15 @@ def runs(tmp: Path, busy_port: int) -> list[Run]:
 
 def execute(run: Run) -> tuple[Run, subprocess.CompletedProcess[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBEGPU_", "CONFIG_FILE", "KUBECONFIG"))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "kubegpu", *run.args],
-        capture_output=True,
-        text=True,
-        env={**env, **dict(run.env)},
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    with open(run.stdin, "rb") as stdin:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kubegpu", *run.args],
+            capture_output=True,
+            text=True,
+            env={**env, **dict(run.env)},
+            timeout=60,
+            stdin=stdin,
+        )
     return run, proc
 
 
@@ -173,6 +175,7 @@ KUBECONFIGS = {
     "entry-types": b"clusters:\n- 7\ncontexts:\n- name: [1]\n",
 }
 LONG = "x" * 5000
+SNAPSHOT = str(Path(__file__).resolve().parents[1] / "fixtures" / "toolkit" / "cluster.json")
 
 
 def campaign_runs(tmp: Path) -> list[Run]:
@@ -203,11 +206,22 @@ def campaign_runs(tmp: Path) -> list[Run]:
         Run("plugin KUBEGPU_HEALTH_PROBE_SECONDS of 5,000 characters", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_HEALTH_PROBE_SECONDS", LONG)), True),
         Run("kubelet-sim --grace-period nan", ("kubelet-sim", "--grace-period", "nan", "--dir", str(tmp / "ks")), 2),
         Run("kubelet-sim --grace-period 1e309", ("kubelet-sim", "--grace-period", "1e309", "--dir", str(tmp / "ks")), 2),
+        # Every file or stream is size-checked before it is read: a device is refused at once, not read to the
+        # limit (`--preflight /dev/zero` grew to 13 GB; `--snapshot /dev/zero` peaked at 2.1 GB).
+        Run("doctor --cluster --preflight /dev/zero", ("doctor", "--cluster", "--preflight", "/dev/zero", "--snapshot", SNAPSHOT), 2),
+        Run("doctor --cluster --preflight - < /dev/zero", ("doctor", "--cluster", "--preflight", "-", "--snapshot", SNAPSHOT), 2, stdin="/dev/zero"),
+        Run("doctor --cluster --snapshot /dev/zero", ("doctor", "--cluster", "--snapshot", "/dev/zero"), 2),
+        Run("explain --snapshot /dev/zero", ("explain", "default/p", "--snapshot", "/dev/zero"), 2),
+        Run("lint /dev/zero", ("lint", "/dev/zero"), 2),
+        Run("lint - < /dev/zero", ("lint", "-"), 2, stdin="/dev/zero"),
+        Run("lint --plugin-config /dev/zero", ("lint", "-", "--plugin-config", "/dev/zero"), 2),
+        Run("config check /dev/zero", ("config", "check", "/dev/zero", "--profile", "dgx-a100"), 2),
         Run("mps-daemon run --timeout nan", ("mps-daemon", "run", "--timeout", "nan", "--root", str(tmp / "mps")), 2, fake),
     ]  # fmt: skip
     return out
 
 
+@pytest.mark.timeout(600)  # a few dozen processes: slow on a loaded machine
 def test_every_command_answers_the_campaigns_inputs_with_one_short_line(tmp_path: Path) -> None:
     results = check_all(campaign_runs(tmp_path))
     for run, proc in results:

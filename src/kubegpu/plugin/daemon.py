@@ -101,6 +101,7 @@ class Daemon:
         config_load_budget_s: float = CONFIG_LOAD_BUDGET_S,
         restart_backoff: Callable[[], Backoff] | None = None,
         config_identity: Identity = None,
+        health_settings: HealthSettings | None = None,
     ) -> None:
         self.settings = settings
         # What the config file was when `settings` were read from it (taken here if the caller did not).
@@ -151,8 +152,8 @@ class Daemon:
                 tasks_down=self.supervisor.down,
                 spawn=self.supervisor.spawn,
             )
-        try:
-            self.health_settings = HealthSettings.from_settings(settings.env)
+        try:  # already read by validated_plugin_settings when the command starts the daemon
+            self.health_settings = health_settings or HealthSettings.from_settings(settings.env)
         except XidCatalogError as err:
             raise StartupError(str(err)) from err
         self._nvml_up = False

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import click
 
 from kubegpu.common import output
-from kubegpu.common.files import MIB, FileProblem, decode_text, read_text_file
+from kubegpu.common.files import MIB, FileProblem, decode_text, read_input
 from kubegpu.toolkit import render
 from kubegpu.toolkit.cluster_facts import ClusterFacts
 from kubegpu.toolkit.doctor.findings import exit_code as findings_exit_code
@@ -142,16 +142,11 @@ def lint_files(
     manifests = Manifests()
     for name in files:
         try:
-            if name == "-":
-                data = sys.stdin.buffer.read(MANIFEST_LIMIT + 1)
-                if len(data) > MANIFEST_LIMIT:
-                    _fail(f"standard input is over the {MANIFEST_LIMIT} bytes lint reads")
-                text = decode_text(data, "<stdin>", what="manifest")
-            else:
-                text = read_text_file(name, limit=MANIFEST_LIMIT, what="manifest")
+            shown, data = read_input(name, limit=MANIFEST_LIMIT, what="manifest")
+            text = decode_text(data, shown, what="manifest")
         except FileProblem as exc:
             _fail(f"cannot read {exc}")
-        parse_text(text, "<stdin>" if name == "-" else name, manifests)
+        parse_text(text, shown, manifests)
     if namespace:
         for workload in manifests.workloads:
             workload.namespace = workload.namespace or namespace
@@ -398,12 +393,10 @@ def _planned(path: str) -> list[DaemonSet]:
     from kubegpu.toolkit.doctor.preflight import PreflightError, read_planned
 
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        return read_planned(text, "<stdin>" if path == "-" else path)
-    except OSError as exc:
-        _fail(f"cannot read {path}: {exc.strerror}")
-    except UnicodeDecodeError:
-        _fail(f"{path} is not UTF-8 text; --preflight reads YAML or JSON manifests")
+        shown, data = read_input(path, limit=MANIFEST_LIMIT, what="manifest")
+        return read_planned(decode_text(data, shown, what="manifest"), shown)
+    except FileProblem as exc:
+        _fail(f"cannot read {exc}")
     except PreflightError as exc:
         _fail(str(exc))
 
