@@ -90,9 +90,9 @@ async def test_fifteen_held_streams_do_not_starve_allocate() -> None:
 
 def test_the_first_stream_of_a_server_is_admitted_whatever_the_count() -> None:
     # The kubelet dials back as soon as a fresh server registers: that first stream is never refused.
-    from kubegpu.plugin.admission import STREAM, UNARY, Admission
+    from kubegpu.plugin.admission import STREAM, UNARY, Admission, IdBudget
 
-    admission = Admission(unary=1, streams=0)
+    admission = Admission(unary=1, streams=0, budget=IdBudget(10))
     assert admission.enter(STREAM)
     assert not admission.enter(STREAM)
     assert admission.enter(UNARY) and not admission.enter(UNARY)
@@ -163,3 +163,21 @@ async def test_stream_opens_are_logged_once_a_minute_per_resource_with_a_count(
         "kubelet opened ListAndWatch for nvidia.com/gpu",
         "kubelet opened ListAndWatch for nvidia.com/gpu (9 more like this not logged since the previous one)",
     ]
+
+
+def test_unary_calls_are_weighed_by_the_ids_they_may_carry_process_wide() -> None:
+    # 100 calls listing the 63,680 devices of the largest accepted config peaked over the 256Mi limit with
+    # 16 in flight: what runs at once is bounded in device IDs across every server of the process.
+    from kubegpu.plugin.admission import UNARY, Admission, IdBudget
+
+    budget = IdBudget(262_144)
+    big, small = Admission(budget=budget), Admission(budget=budget)
+    admitted = 0
+    while big.enter(UNARY, 63_680):
+        admitted += 1
+    assert admitted == 4  # 4 x 63,680 <= 262,144 < 5 x 63,680
+    assert not small.enter(UNARY, 10_000)  # the budget is the process's, not the socket's
+    big.leave(UNARY, 63_680)
+    assert small.enter(UNARY, 10_000)
+    lone = Admission(budget=IdBudget(10))
+    assert lone.enter(UNARY, 1_000_000)  # one call always runs, however large its resource

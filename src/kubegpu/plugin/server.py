@@ -164,7 +164,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
     async def start(self) -> None:
         self.socket_path.unlink(missing_ok=True)  # a stale socket from a killed predecessor
         limit = receive_limit(len(self.resource.devices))
-        admission = AdmissionInterceptor(Admission(), self._refused_call)
+        admission = AdmissionInterceptor(Admission(), self._refused_call, lambda: len(self.resource.devices))
         server = grpc.aio.server(
             options=server_options(limit), interceptors=[admission], maximum_concurrent_rpcs=BACKSTOP_RPCS
         )
