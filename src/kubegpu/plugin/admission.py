@@ -148,7 +148,13 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
 
 
 async def _one_message(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-    """The one request message of a unary call, read only now that the call is admitted."""
-    async for request in requests:
-        return request
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
+    """The one request message of a unary call, read only now that the call is admitted.
+
+    Read from the context, not by iterating `requests`: an async generator left suspended after its first
+    message keeps that message alive in a reference cycle until the garbage collector's next full pass
+    (100 calls of 1 MB bodies peaked 100 MB higher).
+    """
+    request = await context.read()
+    if request is grpc.aio.EOF:  # type: ignore[attr-defined]  # grpc-stubs does not list it
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
+    return request
