@@ -121,6 +121,7 @@ def main() -> int:
         "cold_start": ["--runs", str(args.runs)],
         "rss": ["--allocates", str(args.allocates)],
         "serving_bounds": ["--rounds", "3"],
+        "largest_config": ["--rounds", "2"],
         "sharing_bench": ["--runs", "200"],
         "metrics_bench": ["--scrapes", "300"],
         "recovery_latency": ["--rounds", "2"],

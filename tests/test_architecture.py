@@ -177,6 +177,49 @@ def test_the_plugin_daemon_is_imported_by_nothing_but_itself(graph: dict[str, se
     assert importers == set()
 
 
+# Inside the toolkit, one room per command: a command's subpackage imports the shared modules beside it,
+# never another command's room, and the shared modules import no room (only the click commands do).
+TOOLKIT_COMMANDS = ("doctor", "lint", "explain", "top")
+TOOLKIT_ENTRY_POINTS = ("kubegpu.toolkit.cli", "kubegpu.toolkit.kubectl_plugin")
+
+
+def toolkit_room(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) > 3 and parts[:2] == ["kubegpu", "toolkit"] and parts[2] in TOOLKIT_COMMANDS:
+        return parts[2]
+    return None
+
+
+def toolkit_room_violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    out = []
+    for importer, targets in sorted(graph.items()):
+        if not importer.startswith("kubegpu.toolkit") or importer in TOOLKIT_ENTRY_POINTS:
+            continue
+        own = toolkit_room(importer)
+        for target in sorted(targets):
+            room = toolkit_room(target)
+            if room is not None and room != own:
+                out.append(f"{importer} imports {target}")
+    return out
+
+
+def test_the_toolkit_commands_keep_to_their_rooms(graph: dict[str, set[str]]) -> None:
+    assert toolkit_room_violations(graph) == []
+
+
+def test_the_checker_catches_a_toolkit_command_entering_another_room() -> None:
+    made_up = {
+        "kubegpu.toolkit.lint.rules": {"kubegpu.toolkit.doctor.findings", "kubegpu.toolkit.model"},
+        "kubegpu.toolkit.model": {"kubegpu.toolkit.explain.run"},
+        "kubegpu.toolkit.cli": {"kubegpu.toolkit.explain.run", "kubegpu.toolkit.lint.run"},
+        "kubegpu.toolkit.doctor.node": {"kubegpu.toolkit.doctor.findings"},
+    }
+    assert toolkit_room_violations(made_up) == [
+        "kubegpu.toolkit.lint.rules imports kubegpu.toolkit.doctor.findings",
+        "kubegpu.toolkit.model imports kubegpu.toolkit.explain.run",
+    ]
+
+
 # The checks themselves must be able to fail: each rule on a made-up graph that breaks it.
 
 

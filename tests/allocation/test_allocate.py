@@ -8,6 +8,7 @@ from kubegpu.allocation.allocate import (
     AllocateOptions,
     AllocationRequestError,
     allocate_container,
+    validate_allocate,
     validate_containers,
     validate_request,
 )
@@ -358,3 +359,45 @@ def test_mps_client_limits_can_be_switched_off_for_nvidias_output() -> None:
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in out.envs
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in out.envs
     assert out.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+
+
+# NVIDIA checks each container in turn, unknown IDs first and then the shared request size, and has no
+# check across containers; its text and code win whenever it would refuse (the 12 MIG cases).
+ONE_DEVICE = build_resources(make_inventory(1))[0]
+
+
+def test_an_unknown_id_in_a_later_container_beats_the_count_across_containers() -> None:
+    with pytest.raises(AllocationRequestError) as err:
+        validate_allocate(ONE_DEVICE, [[gpu_uuid(0)], ["GPU-unknown"]])
+    assert str(err.value) == (
+        'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-unknown'
+    )
+    assert err.value.nvidia_compatible
+
+
+def test_nvidias_shared_size_check_in_an_earlier_container_beats_a_later_unknown_id() -> None:
+    ids = [f"{gpu_uuid(0)}::0", f"{gpu_uuid(0)}::1"]
+    with pytest.raises(AllocationRequestError) as err:
+        validate_allocate(shared("mps", True), [ids, ["GPU-unknown"]])
+    assert str(err.value) == (
+        'invalid allocation request for "nvidia.com/gpu": invalid request: '
+        "maximum request size for shared resources is 1; found 2"
+    )
+    assert err.value.nvidia_compatible
+
+
+def test_our_checks_come_only_after_every_container_passed_nvidias() -> None:
+    with pytest.raises(AllocationRequestError) as err:
+        validate_allocate(ONE_DEVICE, [[gpu_uuid(0)], [gpu_uuid(0)]])
+    assert str(err.value) == (
+        'invalid allocation request for "nvidia.com/gpu": '
+        "2 devices requested in 2 containers but this node advertises only 1 for nvidia.com/gpu"
+    )
+    assert not err.value.nvidia_compatible
+    with pytest.raises(AllocationRequestError) as err:
+        validate_allocate(RESOURCE, [[gpu_uuid(0)], [gpu_uuid(1), gpu_uuid(1)]])
+    assert str(err.value) == (
+        'invalid allocation request for "nvidia.com/gpu": invalid request: '
+        f"device '{gpu_uuid(1)}' requested more than once"
+    )
+    validate_allocate(RESOURCE, [[gpu_uuid(0)], [gpu_uuid(1), gpu_uuid(2)]])

@@ -41,6 +41,7 @@ class Run:
     env: tuple[tuple[str, str], ...] = ()
     logs: bool = False  # a long-running command: its error is one log record among others
     report: bool = False  # a report on stdout (config check's findings): its error lines are one line each
+    stdin: str = os.devnull  # what standard input reads
 
 
 def file_path(tmp: Path, kind: str) -> str:
@@ -100,14 +101,15 @@ def runs(tmp: Path, busy_port: int) -> list[Run]:
 
 def execute(run: Run) -> tuple[Run, subprocess.CompletedProcess[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBEGPU_", "CONFIG_FILE", "KUBECONFIG"))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "kubegpu", *run.args],
-        capture_output=True,
-        text=True,
-        env={**env, **dict(run.env)},
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    with open(run.stdin, "rb") as stdin:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kubegpu", *run.args],
+            capture_output=True,
+            text=True,
+            env={**env, **dict(run.env)},
+            timeout=60,
+            stdin=stdin,
+        )
     return run, proc
 
 
@@ -119,34 +121,112 @@ def busy_port() -> int:
         yield s.getsockname()[1]
 
 
-def test_every_command_answers_bad_input_with_one_line(tmp_path: Path, busy_port: int) -> None:
-    plan = runs(tmp_path, busy_port)
+def problems_of(run: Run, proc: subprocess.CompletedProcess[str]) -> list[str]:
+    output = proc.stdout + proc.stderr
+    problems = []
+    if "Traceback" in output:
+        problems.append("a traceback")
+    if "internal error" in output:
+        problems.append("an internal error")
+    if proc.returncode != run.code:
+        problems.append(f"exit {proc.returncode}, expected {run.code}")
+    if run.report:
+        errors = [line for line in proc.stdout.splitlines() if line.startswith("error: ")]
+        if not errors or proc.stderr:
+            problems.append("no one-line error in the report")
+    elif run.logs:
+        lines = proc.stderr.splitlines()
+        errors = [i for i, line in enumerate(lines) if " ERROR " in line]
+        if len(errors) != 1:
+            problems.append(f"{len(errors)} ERROR records")
+        elif errors[0] + 1 < len(lines) and not LOG_RECORD.match(lines[errors[0] + 1]):
+            problems.append("the ERROR record spans lines")
+    else:
+        lines = proc.stderr.splitlines()
+        if len(lines) != 1 or not lines[0].lower().startswith("error"):
+            problems.append(f"stderr is {len(lines)} lines")
+    return problems
+
+
+def check_all(plan: list[Run]) -> list[tuple[Run, subprocess.CompletedProcess[str]]]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(execute, plan))
     failures = []
     for run, proc in results:
-        output = proc.stdout + proc.stderr
-        problems = []
-        if "Traceback" in output:
-            problems.append("a traceback")
-        if proc.returncode != run.code:
-            problems.append(f"exit {proc.returncode}, expected {run.code}")
-        if run.report:
-            errors = [line for line in proc.stdout.splitlines() if line.startswith("error: ")]
-            if not errors or proc.stderr:
-                problems.append("no one-line error in the report")
-        elif run.logs:
-            lines = proc.stderr.splitlines()
-            errors = [i for i, line in enumerate(lines) if " ERROR " in line]
-            if len(errors) != 1:
-                problems.append(f"{len(errors)} ERROR records")
-            elif errors[0] + 1 < len(lines) and not LOG_RECORD.match(lines[errors[0] + 1]):
-                problems.append("the ERROR record spans lines")
-        else:
-            lines = proc.stderr.splitlines()
-            if len(lines) != 1 or not lines[0].lower().startswith("error"):
-                problems.append(f"stderr is {len(lines)} lines")
+        problems = problems_of(run, proc)
         if problems:
-            failures.append(f"{run.name}: {', '.join(problems)}\n{output[-1500:]}")
+            failures.append(f"{run.name}: {', '.join(problems)}\n{(proc.stdout + proc.stderr)[-1500:]}")
     assert not failures, "\n\n".join(failures)
+    return results
+
+
+def test_every_command_answers_bad_input_with_one_line(tmp_path: Path, busy_port: int) -> None:
+    results = check_all(runs(tmp_path, busy_port))
     assert len(results) >= 60
+
+
+# The inputs an independent campaign found answered with `internal error (...)`, a broken line or in full.
+KUBECONFIGS = {
+    "utf16": "apiVersion: v1\nkind: Config\n".encode("utf-16"),
+    "two-documents": b"apiVersion: v1\nclusters: []\n---\nkind: Config\n",
+    "json-list": b'[{"name": "a"}]',
+    "scalar": b"just some text\n",
+    "wrong-types": b"clusters: 5\ncontexts: x\nusers: {}\ncurrent-context: 3\n",
+    "entry-types": b"clusters:\n- 7\ncontexts:\n- name: [1]\n",
+}
+LONG = "x" * 5000
+SNAPSHOT = str(Path(__file__).resolve().parents[1] / "fixtures" / "toolkit" / "cluster.json")
+
+
+def campaign_runs(tmp: Path) -> list[Run]:
+    fake = (("KUBEGPU_FAKE_NVML", "dgx-a100"),)
+    out: list[Run] = []
+    for kind, data in KUBECONFIGS.items():
+        path = tmp / f"kubeconfig-{kind}"
+        path.write_bytes(data)
+        k = str(path)
+        out += [
+            Run(f"explain --kubeconfig {kind}", ("explain", "default/p", "--kubeconfig", k), 2),
+            Run(f"doctor --cluster --kubeconfig {kind}", ("doctor", "--cluster", "--kubeconfig", k), 2),
+            Run(f"config-manager --kubeconfig {kind}", ("config-manager", "--oneshot", "true", "--kubeconfig", k, "--node-name", "n", "--config-file-srcdir", str(tmp), "--config-file-dst", str(tmp / "dst.yaml")), 1, (), True),
+            Run(f"labels --kubeconfig {kind}", ("labels", "--oneshot", "true", "--use-node-feature-api", "true", "--node-name", "n", "--namespace", "ns", "--kubeconfig", k), 1, fake, True),
+        ]  # fmt: skip
+    state = tmp / "state"
+    state.mkdir()
+    (state / "faults.json").write_bytes(b'{"gpus": {"0": {"lost": tr\xff')
+    (state / "meta.json").write_bytes(b"[1, 2")
+    long_host = "a" * 70
+    out += [
+        Run("fake-nvml inject torn state", ("fake-nvml", "inject", "--gpu", "0", "--lost", "--state-dir", str(state)), 2),
+        Run("plugin KUBEGPU_HTTP_ADDRESS 70 characters", ("plugin", "--kubelet-socket", "", "--http-port", "18082"), 1, (*fake, ("KUBEGPU_HTTP_ADDRESS", long_host)), True),
+        Run("config check KUBEGPU_HTTP_ADDRESS 70 characters", ("config", "check", "/dev/null", "--profile", "dgx-a100"), 1, (("KUBEGPU_HTTP_ADDRESS", long_host),), report=True),
+        Run("plugin IMEX_CHANNEL_IDS with a newline", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("IMEX_CHANNEL_IDS", "0\n2026-01-01T00:00:00.000 ERROR forged")), True),
+        Run("plugin KUBEGPU_XID_ACTIONS with a newline", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_XID_ACTIONS", "/nonexistent\n2026-01-01T00:00:00.000 ERROR forged")), True),
+        Run("plugin KUBEGPU_XID_ACTIONS of 5,000 characters", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_XID_ACTIONS", "/" + LONG)), True),
+        Run("plugin KUBEGPU_HEALTH_PROBE_SECONDS of 5,000 characters", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_HEALTH_PROBE_SECONDS", LONG)), True),
+        Run("kubelet-sim --grace-period nan", ("kubelet-sim", "--grace-period", "nan", "--dir", str(tmp / "ks")), 2),
+        Run("kubelet-sim --grace-period 1e309", ("kubelet-sim", "--grace-period", "1e309", "--dir", str(tmp / "ks")), 2),
+        # Every file or stream is size-checked before it is read: a device is refused at once, not read to the
+        # limit (`--preflight /dev/zero` grew to 13 GB; `--snapshot /dev/zero` peaked at 2.1 GB).
+        Run("doctor --cluster --preflight /dev/zero", ("doctor", "--cluster", "--preflight", "/dev/zero", "--snapshot", SNAPSHOT), 2),
+        Run("doctor --cluster --preflight - < /dev/zero", ("doctor", "--cluster", "--preflight", "-", "--snapshot", SNAPSHOT), 2, stdin="/dev/zero"),
+        Run("doctor --cluster --snapshot /dev/zero", ("doctor", "--cluster", "--snapshot", "/dev/zero"), 2),
+        Run("explain --snapshot /dev/zero", ("explain", "default/p", "--snapshot", "/dev/zero"), 2),
+        Run("lint /dev/zero", ("lint", "/dev/zero"), 2),
+        Run("lint - < /dev/zero", ("lint", "-"), 2, stdin="/dev/zero"),
+        Run("lint --plugin-config /dev/zero", ("lint", "-", "--plugin-config", "/dev/zero"), 2),
+        Run("config check /dev/zero", ("config", "check", "/dev/zero", "--profile", "dgx-a100"), 2),
+        Run("mps-daemon run --timeout nan", ("mps-daemon", "run", "--timeout", "nan", "--root", str(tmp / "mps")), 2, fake),
+    ]  # fmt: skip
+    return out
+
+
+@pytest.mark.timeout(600)  # a few dozen processes: slow on a loaded machine
+def test_every_command_answers_the_campaigns_inputs_with_one_short_line(tmp_path: Path) -> None:
+    results = check_all(campaign_runs(tmp_path))
+    for run, proc in results:
+        errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line.lower()]
+        assert errors and max(len(line) for line in errors) < 1500, f"{run.name}: an error line echoes it all"
+        assert "forged" not in "".join(
+            line for line in proc.stderr.splitlines() if line.startswith("2026-01-01")
+        )

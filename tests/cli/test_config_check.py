@@ -339,6 +339,17 @@ def test_a_plain_mps_config_says_the_chart_sets_the_mps_root(tmp_path: Path) -> 
     ]
 
 
+def test_the_readme_lists_the_mps_root_hint_as_a_difference() -> None:
+    # NVIDIA's text is the plugin's; what config check appends to it is a difference, so the README says so.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("## Where kubegpu differs from NVIDIA's plugin") :]
+    table = table[: table.index("\n## ")]
+    rows = [line for line in table.splitlines() if line.startswith("| `config check`") and "MPS root" in line]
+    assert len(rows) == 1
+    assert "`using MPS requires --mps-root to be specified`" in rows[0]
+    assert "(the Helm chart sets it from mps.root, /run/nvidia/mps by default" in rows[0]
+
+
 def test_keys_the_api_server_refuses_are_reported_and_errors_name_the_key_not_a_scratch_file(
     tmp_path: Path,
 ) -> None:

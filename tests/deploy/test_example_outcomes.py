@@ -36,7 +36,7 @@ from kubegpu.common import quantity
 from kubegpu.demo.simnode import SimulatedNode
 from kubegpu.kubeletsim import Container as SimContainer
 from kubegpu.kubeletsim import Pod as SimPod
-from kubegpu.toolkit.explain import explain
+from kubegpu.toolkit.explain.run import explain
 from kubegpu.toolkit.manifests import Workload, parse_text
 from kubegpu.toolkit.model import Node, ObjectMeta, Pod, PodSpec, RuntimeClass
 from kubegpu.toolkit.snapshot import Snapshot

@@ -349,19 +349,33 @@ def test_api_server_answers(
     assert says in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_no_node_name_is_gfds_error_and_the_fix() -> None:
+def test_no_node_name_is_gfds_error_and_the_fix(kubeconfig: Path) -> None:
     with pytest.raises(OutputError) as caught:
-        open_node_feature_output(ApiSettings(node_name="", namespace=NAMESPACE))
+        open_node_feature_output(api_settings(kubeconfig, node_name=""))
     assert caught.value.fatal
     assert str(caught.value).startswith("failed to create label outputer: required flag node-name not set; ")
     assert "set NODE_NAME from the downward API (spec.nodeName)" in str(caught.value)
 
 
-def test_no_namespace_is_gfds_error() -> None:
+def test_no_namespace_is_gfds_error(kubeconfig: Path) -> None:
     with pytest.raises(
         OutputError, match=r"^failed to create label outputer: required flag namespace not set; "
     ):
-        open_node_feature_output(ApiSettings(node_name=NODE, namespace=""))
+        open_node_feature_output(api_settings(kubeconfig, namespace=""))
+
+
+def test_no_client_configuration_is_found_before_the_missing_node_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GFD creates its clientsets before its outputer checks --node-name: outside a pod, with neither a node
+    # name nor a kubeconfig, GFD's first error is the client configuration.
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(OutputError) as caught:
+        open_node_feature_output(ApiSettings(node_name="", namespace=NAMESPACE, kubeconfig=""))
+    assert str(caught.value).startswith(
+        "failed to create clientsets: create client configuration: create in-cluster client configuration: "
+        "Service host/port is not set.; "
+    )
 
 
 def test_no_in_cluster_config(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -119,6 +119,9 @@ async def test_allocations_and_refusals_by_resource() -> None:
     assert value(samples, "kubegpu_allocated_devices_total", resource=GPU) == 3
     assert value(samples, "kubegpu_allocation_errors_total", resource=GPU, rpc="Allocate") == 1
     assert value(samples, "kubegpu_allocation_errors_total", resource=GPU, rpc="GetPreferredAllocation") == 1
+    metrics.rpc_refused(GPU, "ListAndWatch", "busy")
+    samples = await scrape(metrics)
+    assert value(samples, "kubegpu_rpc_refusals_total", resource=GPU, rpc="ListAndWatch", reason="busy") == 1
 
 
 async def test_the_first_registration_is_not_a_reregistration() -> None:

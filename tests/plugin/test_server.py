@@ -131,6 +131,23 @@ async def test_unknown_device_is_nvidias_error_and_server_keeps_serving(served) 
     assert (await stub.Allocate(ok)).container_responses
 
 
+async def test_an_unknown_id_in_the_second_container_gets_nvidias_text_and_code(served) -> None:
+    # Five containers of four IDs on a 4-GPU resource (20 > 4), the last one naming an unknown device: NVIDIA
+    # checks each container's IDs before anything else, so the answer is its unknown-device error.
+    _, stub = served
+    known = [gpu_uuid(i) for i in range(4)]
+    request = api_pb2.AllocateRequest(
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=known) for _ in range(4)]
+        + [api_pb2.ContainerAllocateRequest(devices_ids=["GPU-not-here"])]
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Allocate(request)
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    assert err.value.details() == (
+        'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-not-here'
+    )
+
+
 async def test_malformed_bytes_get_an_error_not_a_crash(served) -> None:
     server, stub = served
     async with grpc.aio.insecure_channel(f"unix://{server.socket_path}") as channel:
@@ -248,21 +265,24 @@ async def test_a_resource_that_outgrows_the_limit_says_so_and_starts_again_with_
         assert not await server.update(big) and told == [True]  # the same list again: nothing to do
 
 
-async def test_calls_beyond_the_concurrency_limit_are_resource_exhausted(served) -> None:
+async def test_streams_beyond_their_limit_are_resource_exhausted_and_unary_calls_go_on(served) -> None:
     _, stub = served
-    streams = [stub.ListAndWatch(api_pb2.Empty()) for _ in range(16)]
+    streams = [stub.ListAndWatch(api_pb2.Empty()) for _ in range(8)]
     for stream in streams:
         await stream.read()  # each one is open and served
     extra = stub.ListAndWatch(api_pb2.Empty())
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await extra.read()
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (await stub.GetDevicePluginOptions(api_pb2.Empty())).get_preferred_allocation_available
     for stream in streams:
         stream.cancel()
     async with asyncio.timeout(10):
         while True:  # the server sees the cancellations on its own schedule
+            again = stub.ListAndWatch(api_pb2.Empty())
             try:
-                await stub.GetDevicePluginOptions(api_pb2.Empty())
+                await again.read()
+                again.cancel()
                 break
             except grpc.aio.AioRpcError as busy:
                 assert busy.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

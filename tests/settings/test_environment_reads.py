@@ -20,7 +20,7 @@ ALLOWED = {
     # tools and libraries), and "not found on PATH" quotes the PATH it searched.
     "node/mps_control.py": 3,
     # `kubegpu doctor` diagnoses the environment the plugin would run in (DEVICE_LIST_STRATEGY, ...).
-    "toolkit/doctor_node.py": 1,
+    "toolkit/doctor/node.py": 1,
     # The simulated nodes build their child daemon's environment from their own (the DRA node leaves out
     # the driver's own settings, which it passes explicitly).
     "demo/simnode.py": 1,

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from kubegpu.toolkit.cli import doctor
-from kubegpu.toolkit.doctor_cluster import doctor_cluster
+from kubegpu.toolkit.doctor.cluster import doctor_cluster
 from kubegpu.toolkit.model import DaemonSet, Node, Pod, Taint
 from kubegpu.toolkit.snapshot import Snapshot, load_snapshot
 

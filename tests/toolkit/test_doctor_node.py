@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from kubegpu.node.nvml.backend import load_nvml
 from kubegpu.settings.env import NvmlSelection
 from kubegpu.toolkit.cli import doctor
-from kubegpu.toolkit.doctor_node import doctor_node
-from kubegpu.toolkit.findings import Finding
+from kubegpu.toolkit.doctor.findings import Finding
+from kubegpu.toolkit.doctor.node import doctor_node
 
 CONTAINERD_V2 = """version = 2
 [plugins."io.containerd.grpc.v1.cri"]

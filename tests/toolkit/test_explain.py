@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from kubegpu.toolkit.cli import explain
-from kubegpu.toolkit.explain import explain as run_explain
+from kubegpu.toolkit.explain.run import explain as run_explain
 from kubegpu.toolkit.model import Event, Pod, condition
 from kubegpu.toolkit.snapshot import Snapshot, load_snapshot
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from kubegpu.toolkit.cli import lint
 from kubegpu.toolkit.cluster_facts import ClusterFacts
-from kubegpu.toolkit.lint import LintOptions
-from kubegpu.toolkit.lint import lint as run_lint
+from kubegpu.toolkit.lint.run import LintOptions
+from kubegpu.toolkit.lint.run import lint as run_lint
 from kubegpu.toolkit.manifests import parse_text
 from kubegpu.toolkit.snapshot import load_snapshot
 

@@ -372,7 +372,7 @@ JSON = st.recursive(
 def test_lint_reads_any_shape_of_dra_object_without_crashing(kind: str, spec: Any) -> None:
     """Whatever a hand-written object holds where a claim's fields go, lint answers with findings (or none),
     never a traceback; the API server's own validation is what refuses the shape."""
-    from kubegpu.toolkit.lint import lint as run_lint
+    from kubegpu.toolkit.lint.run import lint as run_lint
     from kubegpu.toolkit.manifests import parse_text
 
     doc = {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": {"name": "x", "namespace": "ml"}}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubegpu.toolkit.doctor_cluster import doctor_cluster
-from kubegpu.toolkit.explain import explain
+from kubegpu.toolkit.doctor.cluster import doctor_cluster
+from kubegpu.toolkit.explain.run import explain
 from kubegpu.toolkit.model import Pod, condition
 from kubegpu.toolkit.render import print_explanation
 from kubegpu.toolkit.scheduling import filter_summary

@@ -109,8 +109,9 @@ class ContainerAllocation:
 def validate_containers(resource: Resource, device_counts: Sequence[int]) -> None:
     """Raise AllocationRequestError when the request as a whole cannot be one a kubelet sends.
 
-    `device_counts`: how many IDs each container request lists. Checked before any ID is read, so a
-    request of many containers costs no more than the node's own device list.
+    `device_counts`: how many IDs each container request lists. Checked after NVIDIA's per-container
+    checks (`validate_allocate`), which stop at the first unknown ID: a request of many containers costs at
+    most one dict probe per ID it holds, and the gRPC message bound caps those.
     """
     prefix = f'invalid allocation request for "{resource.name}": '
     if not device_counts:
@@ -123,17 +124,34 @@ def validate_containers(resource: Resource, device_counts: Sequence[int]) -> Non
         )
 
 
+def validate_allocate(resource: Resource, containers: Sequence[Sequence[str]]) -> None:
+    """Raise AllocationRequestError naming the first problem with a kubelet's AllocateRequest.
+
+    NVIDIA's checks run first, container by container in NVIDIA's order (every ID known, then the shared
+    request size), so a request NVIDIA refuses gets NVIDIA's text and code whatever else is wrong with it.
+    Only then come ours: the whole request against the node, then each container's count and duplicates.
+    """
+    for device_ids in containers:
+        _nvidia_checks(resource, device_ids)
+    validate_containers(resource, [len(ids) for ids in containers])
+    for device_ids in containers:
+        _our_checks(resource, device_ids)
+
+
 def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
-    """Raise AllocationRequestError naming the first problem with a kubelet's device list.
+    """Raise AllocationRequestError naming the first problem with one container's device list.
 
     IDs in messages are the client's text: NVIDIA's unknown-device text keeps a printable ID as it is and
     quotes (escapes, cuts) any other, so no ID can end the log line and start a forged one.
     """
+    _nvidia_checks(resource, device_ids)
+    _our_checks(resource, device_ids)
+
+
+def _nvidia_checks(resource: Resource, device_ids: Sequence[str]) -> None:
+    """NVIDIA's two checks, in its order: every ID known, then shared requests of more than one."""
     prefix = f'invalid allocation request for "{resource.name}": invalid request: '
-    if not device_ids:
-        raise AllocationRequestError(prefix + "no devices requested; the kubelet sends at least one ID")
-    # NVIDIA's check (every ID known) comes first, so an unknown ID gets its text and code whatever else is
-    # wrong; each lookup is a dict probe, and the gRPC message bound caps the list.
+    # Each lookup is a dict probe, and the gRPC message bound caps the list.
     for device_id in device_ids:
         if len(device_id) > MAX_DEVICE_ID_LENGTH:
             raise AllocationRequestError(
@@ -145,6 +163,19 @@ def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
             raise AllocationRequestError(
                 prefix + f"unknown device: {plain_id(device_id)}", nvidia_compatible=True
             )
+    shared = any_annotated(device_ids)
+    if shared and len(device_ids) > 1 and resource.fail_requests_greater_than_one:
+        raise AllocationRequestError(
+            prefix + f"maximum request size for shared resources is 1; found {len(device_ids)}",
+            nvidia_compatible=True,
+        )
+
+
+def _our_checks(resource: Resource, device_ids: Sequence[str]) -> None:
+    """What NVIDIA lets through and a kubelet never sends: no IDs, more than the node has, an ID twice."""
+    prefix = f'invalid allocation request for "{resource.name}": invalid request: '
+    if not device_ids:
+        raise AllocationRequestError(prefix + "no devices requested; the kubelet sends at least one ID")
     if len(device_ids) > len(resource.devices):
         raise AllocationRequestError(
             prefix + f"{len(device_ids)} devices requested but this node advertises only "
@@ -155,12 +186,6 @@ def validate_request(resource: Resource, device_ids: Sequence[str]) -> None:
         if device_id in seen:
             raise AllocationRequestError(prefix + f"device {quote_id(device_id)} requested more than once")
         seen.add(device_id)
-    shared = any_annotated(device_ids)
-    if shared and len(device_ids) > 1 and resource.fail_requests_greater_than_one:
-        raise AllocationRequestError(
-            prefix + f"maximum request size for shared resources is 1; found {len(device_ids)}",
-            nvidia_compatible=True,
-        )
 
 
 def runtime_device_ids(resource: Resource, device_ids: Sequence[str], id_strategy: str) -> list[str]:

@@ -11,10 +11,15 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
+import select
 import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import BinaryIO
+
+from kubegpu.common.quoting import VALUE_LIMIT, plain_id
 
 MIB = 1024 * 1024
 
@@ -37,7 +42,8 @@ class FileProblem(ValueError):
         self.path = str(path)
         self.problem = problem
         self.fix = fix
-        super().__init__(f"{self.path}: {problem}; {fix}")
+        # A path holding a newline would end the one-line error there: quoted, as device IDs are.
+        super().__init__(f"{plain_id(self.path, VALUE_LIMIT)}: {problem}; {fix}")
 
 
 def describe_size(size: int) -> str:
@@ -51,37 +57,73 @@ def describe_size(size: int) -> str:
 def read_bytes(path: str | os.PathLike[str], *, limit: int, what: str = "file") -> bytes:
     """At most `limit` bytes of `path`; FileProblem when it is missing, unreadable, not a file or larger.
 
-    Regular files and character devices (`/dev/null`, which config-manager links an empty config to) are
-    read; a FIFO or socket is refused rather than waited on. `what` names the file in the fix ("config
-    file", "snapshot").
+    Only regular files are read (their size checked before a byte is), and `/dev/null` (config-manager
+    links an empty config to it); any other device (`/dev/zero`), FIFO or socket is refused at once rather
+    than read to the limit or waited on. `what` names the file in the fix ("config file", "snapshot").
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
         raise FileProblem(path, (err.strerror or str(err)).lower(), f"check the path of the {what}") from err
     try:
+        return _read_fd(fd, path, limit=limit, what=what, stream=False)
+    finally:
+        os.close(fd)
+
+
+def read_stream_bytes(stream: BinaryIO, name: str, *, limit: int, what: str = "file") -> bytes:
+    """At most `limit` bytes of an open stream (standard input), with `read_bytes`'s checks and texts: a
+    redirected file is size-checked first, a device other than /dev/null refused, a pipe read up to the
+    limit."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream (tests, embedding)
+        data = stream.read(limit + 1)
+        if len(data) > limit:
+            raise _too_large(name, None, limit, what) from None
+        return data
+    return _read_fd(fd, name, limit=limit, what=what, stream=True)
+
+
+def read_input(name: str, *, limit: int, what: str = "file") -> tuple[str, bytes]:
+    """A command's input: `name`, or standard input for "-"; returns how errors name it, and its bytes."""
+    if name == "-":
+        return "<stdin>", read_stream_bytes(sys.stdin.buffer, "<stdin>", limit=limit, what=what)
+    return name, read_bytes(name, limit=limit, what=what)
+
+
+def _read_fd(fd: int, path: str | os.PathLike[str], *, limit: int, what: str, stream: bool) -> bytes:
+    """`stream`: standard input, which may also be a pipe or a terminal (read up to the limit)."""
+    try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise FileProblem(path, "is a directory", f"name the {what} itself, not its directory")
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        piped = stream and (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or os.isatty(fd))
+        if not (stat.S_ISREG(st.st_mode) or _is_dev_null(st) or piped):
             raise FileProblem(path, "is not a regular file", f"name a regular file as the {what}")
         if stat.S_ISREG(st.st_mode) and st.st_size > limit:
             raise _too_large(path, st.st_size, limit, what)
         chunks: list[bytes] = []
         total = 0
         while total <= limit:
-            chunk = os.read(fd, min(limit + 1 - total, MIB))
+            try:
+                chunk = os.read(fd, min(limit + 1 - total, MIB))
+            except BlockingIOError:  # a pipe with nothing yet: wait for the writer
+                select.select([fd], [], [])
+                continue
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
     except OSError as err:
         raise FileProblem(path, (err.strerror or str(err)).lower(), f"check the {what}") from err
-    finally:
-        os.close(fd)
-    if total > limit:  # a file that grew while we read it, or a device that never ends
+    if total > limit:  # a file that grew while we read it, or a pipe that never ends
         raise _too_large(path, None, limit, what)
     return b"".join(chunks)
+
+
+def _is_dev_null(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)
 
 
 def _too_large(path: str | os.PathLike[str], size: int | None, limit: int, what: str) -> FileProblem:

@@ -15,6 +15,9 @@ fills the log (or the gRPC status, which the kubelet then refuses). Every ID we 
 from __future__ import annotations
 
 DEFAULT_LIMIT = 64  # the kubelet's device IDs are at most 63 characters: a real one is never cut
+# Paths and setting values a user gave, echoed in an error: cut past this (the length said), so a file pasted
+# into an env var cannot fill the line; real ones are far shorter.
+VALUE_LIMIT = 256
 
 
 def quote_id(text: str, limit: int = DEFAULT_LIMIT) -> str:

@@ -28,10 +28,11 @@ from kubegpu.configmanager.errors import ConfigManagerError
 from kubegpu.configmanager.selection import EMPTY_CONFIG, select_config
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
 from kubegpu.node.nvml.backend import load_nvml
+from kubegpu.node.plugin_settings import validated_plugin_settings
 from kubegpu.settings.env import NvmlSelection
 from kubegpu.settings.given import FlagValue
 from kubegpu.settings.nvidia_config import CONFIG_FILE_LIMIT, ConfigError
-from kubegpu.settings.plugin import MPS_ROOT_MISSING, resolve
+from kubegpu.settings.plugin import MPS_ROOT_MISSING
 from kubegpu.settings.report import Effective
 from kubegpu.settings.setting import CONFIG_CHECK
 
@@ -70,7 +71,7 @@ def check(flags: dict[str, FlagValue], profile: str | None) -> CheckReport:
     config_file = str(flags["config-file"].value)
     report = CheckReport(config_file=config_file, node=_node(profile))
     try:
-        settings = resolve(flags)
+        settings, _ = validated_plugin_settings(flags)
     except ConfigError as err:
         report.errors.extend(err.problems)
         return report

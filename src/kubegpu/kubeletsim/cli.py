@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from kubegpu.common import output
+from kubegpu.common.click_types import FiniteFloatRange
 
 from .devicesets import ENDPOINT_STOP_GRACE_PERIOD
 from .dra import KUBELET_VERSIONS, DraSettings
@@ -86,7 +87,7 @@ async def _serve(plugin_dir: Path, as_json: bool, grace_period: float, dra: DraS
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per event instead of text.")
 @click.option(
     "--grace-period",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=ENDPOINT_STOP_GRACE_PERIOD,
     show_default=True,
     help="Seconds a resource whose plugin went away keeps its capacity before it drops to 0.",

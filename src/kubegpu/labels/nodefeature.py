@@ -283,10 +283,19 @@ class NodeFeatureOutput:
 
 
 def open_node_feature_output(settings: ApiSettings) -> NodeFeatureOutput:
-    """GFD's NewOutputer for the NodeFeature API: checks the node and namespace, builds the client.
+    """GFD's NewOutputer for the NodeFeature API: builds the client, then checks the node and namespace
+    (GFD's order: its clientsets are created before the outputer checks its flags).
 
     Raises a fatal OutputError with GFD's text, then the fix.
     """
+    try:
+        api_client = connect(settings.kubeconfig)
+    except ConnectError as err:
+        raise OutputError(
+            f"failed to create clientsets: create client configuration: {err}; run in a pod with a service "
+            f"account token, or set --kubeconfig (KUBECONFIG), {_FIX_OUTPUT}",
+            fatal=True,
+        ) from err
     if not settings.node_name:
         raise OutputError(
             "failed to create label outputer: required flag node-name not set; set NODE_NAME from the "
@@ -299,14 +308,6 @@ def open_node_feature_output(settings: ApiSettings) -> NodeFeatureOutput:
             f"downward API (metadata.namespace) or --namespace, {_FIX_OUTPUT}",
             fatal=True,
         )
-    try:
-        api_client = connect(settings.kubeconfig)
-    except ConnectError as err:
-        raise OutputError(
-            f"failed to create clientsets: create client configuration: {err}; run in a pod with a service "
-            f"account token, or set --kubeconfig (KUBECONFIG), {_FIX_OUTPUT}",
-            fatal=True,
-        ) from err
     return NodeFeatureOutput(
         client.CustomObjectsApi(api_client),
         client.CoreV1Api(api_client),

@@ -18,6 +18,7 @@ import click
 
 from kubegpu.cli.logs import setup_logging
 from kubegpu.cli.params import given_values, setting_options
+from kubegpu.common.click_types import FiniteFloatRange
 from kubegpu.node.mps_paths import MpsRoot
 from kubegpu.settings.given import FlagValue
 from kubegpu.settings.nvidia_config import ConfigError
@@ -46,7 +47,8 @@ def mps_daemon() -> None:
 
 
 @mps_daemon.command("run")
-@click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0, min_open=True), default=30.0,
+              show_default=True,
               help="Seconds each nvidia-smi or nvidia-cuda-mps-control call may take.")  # fmt: skip
 @click.option("--follow-logs/--no-follow-logs", default=True, show_default=True,
               help="Copy each daemon's control.log to stdout (tail -f), as NVIDIA does.")  # fmt: skip

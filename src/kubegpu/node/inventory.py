@@ -11,6 +11,7 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class LinkLevel(enum.IntEnum):
@@ -122,6 +123,8 @@ class Inventory:
     links: tuple[GpuLink, ...] = ()
     driver_version: str = ""
     cuda_driver_version: str = ""  # e.g. "12.4", from nvmlSystemGetCudaDriverVersion
+    # What is derived from this snapshot once (the link map): not part of its value, not copied by replace.
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def gpu_by_uuid(self, uuid: str) -> Gpu | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
@@ -130,11 +133,15 @@ class Inventory:
         return next((g for g in self.gpus if g.index == index), None)
 
     def link_map(self) -> Mapping[tuple[int, int], GpuLink]:
-        """Links keyed by both (a, b) and (b, a)."""
-        out: dict[tuple[int, int], GpuLink] = {}
-        for link in self.links:
-            out[(link.a, link.b)] = link
-            out[(link.b, link.a)] = link
+        """Links keyed by both (a, b) and (b, a); built once per snapshot, so the same mapping each call
+        (GetPreferredAllocation keys what it derives from the node's topology by it)."""
+        out: dict[tuple[int, int], GpuLink] | None = self._derived.get("link_map")
+        if out is None:
+            out = {}
+            for link in self.links:
+                out[(link.a, link.b)] = link
+                out[(link.b, link.a)] = link
+            self._derived["link_map"] = out
         return out
 
     def with_gpu_health(self, updates: Mapping[str, Health]) -> Inventory:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kubegpu.common.files import MIB, FileProblem, read_text_file
+from kubegpu.common.quoting import VALUE_LIMIT, plain_id
 from kubegpu.settings.env import DaemonEnv
 from kubegpu.settings.gotext import preview
 from kubegpu.settings.table import DISABLE_HEALTHCHECKS_ENV, ENABLE_HEALTHCHECKS_ENV, XID_ACTIONS_ENV
@@ -201,7 +202,8 @@ def load_catalog(path: Path | None = None) -> dict[int, _CatalogEntry]:
         user = _parse_catalog(load_yaml(text).value or {"xids": {}})
     except (FileProblem, GoYamlError, _Invalid) as err:
         raise XidCatalogError(
-            f"invalid XID actions file {path} ({XID_ACTIONS_ENV}): {_one_line(err)}; expected e.g. "
+            f"invalid XID actions file {plain_id(str(path), VALUE_LIMIT)} ({XID_ACTIONS_ENV}): "
+            f"{_one_line(err)}; expected e.g. "
             "'xids: {48: {action: reset_gpu, meaning: double-bit ECC error}}' with actions "
             f"{_ACTIONS}"
         ) from err

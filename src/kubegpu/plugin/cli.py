@@ -31,6 +31,7 @@ def plugin_cmd(verbose: bool, **params: Any) -> None:
     beats its env var, which beats the config file, which beats the default.
     """
     setup_logging(verbose)
+    from kubegpu.node.plugin_settings import validated_plugin_settings  # (here too)
     from kubegpu.plugin.filewatch import file_identity  # here, not at import: `--help` stays light
 
     try:
@@ -38,7 +39,7 @@ def plugin_cmd(verbose: bool, **params: Any) -> None:
         # Taken before the read: a change made while the daemon starts is reloaded once the watch is armed.
         config_file = str(flags["config-file"].value) if "config-file" in flags else ""
         config_identity = file_identity(Path(config_file)) if config_file else None
-        settings = resolve(flags)
+        settings, health = validated_plugin_settings(flags)  # as `config check` validates them
     except ConfigError as err:
         log.error("%s", err)
         sys.exit(1)
@@ -49,7 +50,9 @@ def plugin_cmd(verbose: bool, **params: Any) -> None:
         return resolve(flags)
 
     try:
-        daemon = Daemon(settings, reload_settings=reload_settings, config_identity=config_identity)
+        daemon = Daemon(
+            settings, reload_settings=reload_settings, config_identity=config_identity, health_settings=health
+        )
         code = asyncio.run(daemon.run())
     except StartupError as err:
         log.error("%s", err)

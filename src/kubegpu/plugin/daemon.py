@@ -28,24 +28,21 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.allocation.allocate import AllocateOptions
-from kubegpu.allocation.cdi import Spec, specs_for
+from kubegpu.allocation.cdi import specs_for
 from kubegpu.allocation.from_settings import allocate_options, resource_options
 from kubegpu.allocation.resources import Resource, ResourceError, ResourceOptions, build_resources
 from kubegpu.common.backoff import Backoff
 from kubegpu.node.discovery import discover, explain_nvml_error
 from kubegpu.node.driverfiles import ImexChannelError
-from kubegpu.node.faults import Fault, FaultBook
+from kubegpu.node.faults import FaultBook
 from kubegpu.node.health import HealthEvent, HealthMonitor, HealthSettings
-from kubegpu.node.inventory import Gpu, GpuLink, Health, Inventory
-from kubegpu.node.mps_control import mps_daemon_alive
+from kubegpu.node.inventory import Gpu, GpuLink, Inventory
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.node.xids import XidAction, XidCatalogError
 from kubegpu.plugin.cdi_files import CdiSpecWriter
@@ -53,6 +50,17 @@ from kubegpu.plugin.coexist import describe, leave_to_dra
 from kubegpu.plugin.config_diff import config_changes
 from kubegpu.plugin.events import DaemonEvents, NoMetrics
 from kubegpu.plugin.filewatch import Identity, file_identity, watch_file
+from kubegpu.plugin.prepare import (
+    CONFIG_LOAD_BUDGET_S,
+    MISSING,
+    Candidate,
+    ReloadError,
+    in_daemon_thread,
+    missing_health,
+    mps_not_ready,
+    why_missing,
+    write_cdi,
+)
 from kubegpu.plugin.reconcile import (
     MonitorStep,
     Plan,
@@ -69,7 +77,6 @@ from kubegpu.settings.choices import DEFAULT_KUBELET_SOCKET
 from kubegpu.settings.dra_selection import GpuSelection
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import PluginSettings
-from kubegpu.settings.table import CDI_ROOT_ENV
 
 if TYPE_CHECKING:
     from kubegpu.plugin.http_endpoint import HttpServer
@@ -77,70 +84,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NO_DEVICES = "No devices found. Waiting indefinitely."
-# A 1 MiB ConfigMap parses in well under a second; a file that takes longer cannot be one we should serve,
-# and the parse must not hold the old config's Allocate answers or health updates up meanwhile.
-CONFIG_LOAD_BUDGET_S = 10.0
 MONITOR_TASK = "nvml-health"
-MISSING = "not found by discovery"
-
-T = TypeVar("T")
 
 
 class StartupError(RuntimeError):
     """The daemon cannot start; the message names the cause and the fix. Exit code 1."""
-
-
-class ReloadError(RuntimeError):
-    """A new config (or a rediscovery) cannot be served; nothing was changed. `reason` labels the metric."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """Everything a change of config or devices needs, built before anything is touched."""
-
-    settings: PluginSettings
-    base: Inventory  # what discovery found, plus the GPUs it lost since (no faults applied)
-    missing: Mapping[str, Gpu]  # the GPUs carried over: UUID -> the GPU as last seen
-    missing_reasons: Mapping[str, str]
-    rediscovered: bool
-    resource_options: ResourceOptions
-    allocate_options: AllocateOptions
-    withheld: frozenset[str]  # MPS resources whose control daemon does not answer yet
-    specs: Mapping[str, Spec]
-    to_dra: tuple[Gpu, ...] = ()  # discovered GPUs left to `kubegpu dra` (--dra-gpus)
-
-
-def in_daemon_thread(call: Callable[[], T], name: str) -> asyncio.Future[T]:
-    """Run `call` in a daemon thread; unlike the default executor's threads, one that overruns its time
-    budget neither holds up the exit nor blocks the next call."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def target() -> None:
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            result = call()
-        except BaseException as err:  # handed to the awaiting coroutine
-            error = err
-        with contextlib.suppress(RuntimeError):  # the loop closed while we ran: nobody is waiting
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" warning
-    return future
 
 
 class Daemon:
@@ -153,6 +101,7 @@ class Daemon:
         config_load_budget_s: float = CONFIG_LOAD_BUDGET_S,
         restart_backoff: Callable[[], Backoff] | None = None,
         config_identity: Identity = None,
+        health_settings: HealthSettings | None = None,
     ) -> None:
         self.settings = settings
         # What the config file was when `settings` were read from it (taken here if the caller did not).
@@ -203,8 +152,8 @@ class Daemon:
                 tasks_down=self.supervisor.down,
                 spawn=self.supervisor.spawn,
             )
-        try:
-            self.health_settings = HealthSettings.from_settings(settings.env)
+        try:  # already read by validated_plugin_settings when the command starts the daemon
+            self.health_settings = health_settings or HealthSettings.from_settings(settings.env)
         except XidCatalogError as err:
             raise StartupError(str(err)) from err
         self._nvml_up = False
@@ -323,7 +272,7 @@ class Daemon:
         async with self._reconcile_lock:  # a SIGHUP this early waits for the start to finish
             try:
                 candidate = await self._prepare(self.settings, rediscover=True)
-                await self._write_cdi(candidate.specs)
+                await write_cdi(self._cdi, candidate.specs)
             except ReloadError as err:
                 raise StartupError(str(err)) from err
             finally:
@@ -374,7 +323,7 @@ class Daemon:
         try:
             settings = await self._load_settings() if load_config else self.settings
             candidate = await self._prepare(settings, rediscover=rediscover)
-            await self._write_cdi(candidate.specs)
+            await write_cdi(self._cdi, candidate.specs)
         except ReloadError as err:
             log.error("%s failed, keeping the last good config running: %s", what, err)
             if load_config:
@@ -430,7 +379,7 @@ class Daemon:
             previous = leave_to_dra(self._base, settings.dra_gpus).inventory
             carried = carry_missing(previous, found.inventory)
             base, missing, to_dra = carried.inventory, carried.missing, found.gpus
-            reasons = await asyncio.to_thread(self._why_missing, list(missing)) if missing else {}
+            reasons = await asyncio.to_thread(why_missing, self.nvml, list(missing)) if missing else {}
         else:
             base, missing, reasons, to_dra = self._base, self._missing, {}, self._to_dra
         resource_opts = await asyncio.to_thread(resource_options, settings)
@@ -438,13 +387,13 @@ class Daemon:
             allocate_opts = await asyncio.to_thread(allocate_options, settings)
         except ImexChannelError as err:
             raise ReloadError("resources", str(err)) from err
-        faults = self.faults.health() | {u: self._missing_health(reasons, u) for u in missing}
+        faults = self.faults.health() | {u: missing_health(self.faults, reasons, u) for u in missing}
         served = with_faults(base, faults)
         try:
             resources = build_resources(served, resource_opts)
         except ResourceError as err:
             raise ReloadError("resources", str(err)) from err
-        withheld = await self._mps_not_ready(resources, settings)
+        withheld = await mps_not_ready(resources, settings)
         specs = specs_for(served, settings, allocate_opts.imex_channels, resource_opts.mig_minors)
         return Candidate(
             settings=settings,
@@ -472,55 +421,6 @@ class Daemon:
                 raise ReloadError("discovery", message) from err
             log.warning("%s (failOnInitError=false: staying up)", message)
             return Inventory()
-
-    def _why_missing(self, uuids: Sequence[str]) -> dict[str, str]:
-        """What NVML says about GPUs discovery no longer lists (runs in a thread)."""
-        nvml, out = self.nvml, {}
-        for uuid in uuids:
-            try:
-                nvml.nvmlDeviceGetHandleByUUID(uuid)
-                out[uuid] = MISSING
-            except nvml.NVMLError as err:
-                out[uuid] = f"{MISSING}: {err}"
-        return out
-
-    def _missing_health(self, reasons: Mapping[str, str], uuid: str) -> Health:
-        """How a GPU discovery lost will be served: its fault, or the one `_apply` will record."""
-        fault = self.faults.get(uuid) or Fault(XidAction.RESET_GPU, reasons.get(uuid, MISSING), None, 0.0)
-        return fault.health
-
-    async def _mps_not_ready(self, resources: Sequence[Resource], settings: PluginSettings) -> frozenset[str]:
-        """MPS resources whose control daemon does not answer yet: left out, and retried later.
-
-        NVIDIA checks the same thing before serving an MPS resource; a plugin serving replicas without a
-        daemon would hand out pipes nobody listens on.
-        """
-        out = set()
-        for resource in resources:
-            if resource.sharing != "mps":
-                continue
-            root = settings.env.mps_container_root
-            alive, reason = await asyncio.to_thread(mps_daemon_alive, root, resource.name, 10.0)
-            if not alive:
-                log.warning(
-                    "not serving %s yet: the MPS control daemon is not ready (%s)", resource.name, reason
-                )
-                out.add(resource.name)
-        return frozenset(out)
-
-    async def _write_cdi(self, specs: Mapping[str, Spec]) -> None:
-        """Write the CDI specs (or remove ours when no CDI strategy is selected), all or nothing.
-
-        Runs before the servers change: the runtime must find a spec for every name Allocate hands out.
-        """
-        try:
-            await asyncio.to_thread(self._cdi.refresh, specs)
-        except OSError as err:
-            raise ReloadError(
-                "cdi",
-                f"unable to write CDI specs to {self._cdi.root}: {err}; the cdi-* device-list strategies "
-                f"need a writable CDI directory (mount the host's /var/run/cdi, or set {CDI_ROOT_ENV})",
-            ) from err
 
     async def _apply(self, candidate: Candidate) -> Plan:
         """Make the candidate what is served: state, health monitor, servers. Raises only on a bug."""

@@ -191,6 +191,14 @@ class PluginMetrics:
         self._allocation_errors = declare.counter(
             "allocation_errors", "Allocate or GetPreferredAllocation requests refused.", "resource", "rpc"
         )
+        self._rpc_refusals = declare.counter(
+            "rpc_refusals",
+            "Calls refused before they ran, by resource, method and reason: busy (the socket's limit of "
+            "calls or ListAndWatch streams at once was reached).",
+            "resource",
+            "rpc",
+            "reason",
+        )
         self._registrations = declare.counter(
             "registrations", "Successful registrations with the kubelet.", "resource"
         )
@@ -290,6 +298,10 @@ class PluginMetrics:
     def allocation_failed(self, resource: str, rpc: str = "Allocate") -> None:
         """A refused request; `rpc` is "Allocate" or "GetPreferredAllocation"."""
         self._allocation_errors.labels(resource, rpc).inc()
+
+    def rpc_refused(self, resource: str, rpc: str, reason: str) -> None:
+        """A call refused by the socket's admission limits (called by ResourceServer)."""
+        self._rpc_refusals.labels(resource, rpc, reason).inc()
 
     def registered(self, resource: str, latency_s: float) -> None:
         """A successful registration; same signature as Registrar's `on_registered`."""

@@ -32,8 +32,7 @@ from kubegpu.allocation.allocate import (
     AllocationRequestError,
     ContainerAllocation,
     allocate_container,
-    validate_containers,
-    validate_request,
+    validate_allocate,
 )
 from kubegpu.allocation.preferred import (
     PreferredAllocationError,
@@ -45,13 +44,16 @@ from kubegpu.api.v1beta1 import api_pb2, api_pb2_grpc
 from kubegpu.common.log_throttle import LogThrottle
 from kubegpu.node.inventory import GpuLink
 from kubegpu.plugin import rpc_table
-from kubegpu.plugin.rpc_table import Undecodable
-from kubegpu.plugin.serving_limits import (
-    MAX_CONCURRENT_RPCS,
-    largest_request_bytes,
-    receive_limit,
-    server_options,
+from kubegpu.plugin.admission import (
+    BACKSTOP_RPCS,
+    MAX_STREAMS,
+    MAX_UNARY_RPCS,
+    STREAM,
+    Admission,
+    AdmissionInterceptor,
 )
+from kubegpu.plugin.rpc_table import Undecodable
+from kubegpu.plugin.serving_limits import largest_request_bytes, receive_limit, server_options
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,8 @@ SOCKET_MODE = 0o600
 # Any client decides how often these happen: a few lines a minute, the rest counted (and in the metrics).
 REFUSALS = LogThrottle(log, interval_s=60.0, burst=5)
 UNDECODABLE = LogThrottle(log, interval_s=60.0, burst=1)
+# Every ListAndWatch opened is logged at most once a minute per resource, with how many were not.
+STREAM_OPENS = LogThrottle(log, interval_s=60.0, burst=1)
 
 M = TypeVar("M", bound=Message)
 
@@ -70,6 +74,8 @@ class AllocationObserver(Protocol):
     def allocated(self, resource: str, devices: int) -> None: ...
 
     def allocation_failed(self, resource: str, rpc: str = "Allocate") -> None: ...
+
+    def rpc_refused(self, resource: str, rpc: str, reason: str) -> None: ...
 
 
 OPTIONS = api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -158,7 +164,10 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
     async def start(self) -> None:
         self.socket_path.unlink(missing_ok=True)  # a stale socket from a killed predecessor
         limit = receive_limit(len(self.resource.devices))
-        server = grpc.aio.server(options=server_options(limit), maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        admission = AdmissionInterceptor(Admission(), self._refused_call, lambda: len(self.resource.devices))
+        server = grpc.aio.server(
+            options=server_options(limit), interceptors=[admission], maximum_concurrent_rpcs=BACKSTOP_RPCS
+        )
         rpc_table.add_to_server(self, server)
         with _umask(0o777 & ~SOCKET_MODE):  # gRPC binds and listens here: no moment with a wider mode
             server.add_insecure_port(f"unix://{self.socket_path.resolve()}")
@@ -169,12 +178,13 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         self._socket_inode = os.stat(self.socket_path).st_ino
         self.incarnation += 1
         log.info(
-            "serving %s on %s (%d devices; requests up to %d KiB, %d calls at once)",
+            "serving %s on %s (%d devices; requests up to %d KiB, %d calls and %d streams at once)",
             self.name,
             self.socket_path,
             len(self.resource.devices),
             limit // 1024,
-            MAX_CONCURRENT_RPCS,
+            MAX_UNARY_RPCS,
+            MAX_STREAMS,
         )
 
     async def restart(self) -> None:
@@ -247,7 +257,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         server = self._server
         generation = self._generation
         yield self._message  # first, and logged after: the kubelet has no devices until it arrives
-        log.info("kubelet opened ListAndWatch for %s", self.name)
+        STREAM_OPENS.log(logging.INFO, self.name, "kubelet opened ListAndWatch for %s", self.name)
         while self._server is server and server is not None:
             async with self._changed:
                 await self._changed.wait_for(functools.partial(self._outdated, generation, server))
@@ -292,9 +302,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             return self._undecodable(rpc, request, context, empty)
         containers = request.container_requests
         try:
-            validate_containers(self.resource, [len(req.devices_ids) for req in containers])
-            for req in containers:
-                validate_request(self.resource, req.devices_ids)
+            validate_allocate(self.resource, [req.devices_ids for req in containers])
         except AllocationRequestError as err:
             code = grpc.StatusCode.UNKNOWN if err.nvidia_compatible else grpc.StatusCode.INVALID_ARGUMENT
             return self._refuse(rpc, code, str(err), context, empty)
@@ -318,6 +326,23 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
         return api_pb2.PreStartContainerResponse()
 
     # --- refusals: status set and an empty message returned, never raised (see the module docstring) -----
+
+    def _refused_call(self, rpc: str, kind: str) -> str:
+        """A call over its admission limit: counted, logged at a bounded rate; returns the status details."""
+        if kind == STREAM:
+            message = (
+                f"{rpc} for {self.name}: {MAX_STREAMS} streams are open on this socket, the most it "
+                "serves; close one (the kubelet needs only its own)"
+            )
+        else:
+            message = (
+                f"{rpc} for {self.name}: {MAX_UNARY_RPCS} calls are in flight on this socket, the most it "
+                "serves at once; retry when one has finished"
+            )
+        if self._metrics is not None:
+            self._metrics.rpc_refused(self.name, rpc, "busy")
+        REFUSALS.warning(f"{rpc} {self.name} busy", "refusing %s", message)
+        return message
 
     def _refuse(
         self, rpc: str, code: grpc.StatusCode, message: str, context: Context[Any, Any], empty: M

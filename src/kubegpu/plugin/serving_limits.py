@@ -1,4 +1,4 @@
-"""How much one device-plugin socket takes in: the largest message, and how many calls at once.
+"""How much one device-plugin socket takes in: the largest message.
 
 The receive limit is sized to the largest request a kubelet can send for the devices served. That is a
 GetPreferredAllocation: every free device listed as available, the devices the container must keep listed
@@ -14,9 +14,7 @@ it is read. A server whose resource outgrows its limit restarts with a new one (
 HTTP/2 bandwidth-delay probing is off: it grows the flow-control window, and with it how much a client
 can push ahead of gRPC's size check (100 connections each sending 4 MB held 150 MB before, 66 MB after).
 
-At most `MAX_CONCURRENT_RPCS` calls run at once per socket; gRPC answers the next with RESOURCE_EXHAUSTED.
-The kubelet needs three at most (its ListAndWatch stream, a second one while it registers us again, and
-one Allocate, GetPreferredAllocation or PreStartContainer at a time); the rest is room for tools.
+How many calls run at once, streams and unary calls counted apart, is `admission`'s job.
 
 What the limits buy is measured in `bench/serving_bounds.py` (peak RSS under 100 calls in flight).
 """
@@ -27,7 +25,6 @@ from kubegpu.allocation.allocate import MAX_DEVICE_ID_LENGTH
 
 MIN_RECEIVE_BYTES = 64 * 1024
 GROWTH_ROOM = 2  # devices may double in place before the server restarts with a larger limit
-MAX_CONCURRENT_RPCS = 16
 
 
 def _varint_bytes(value: int) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubegpu.common.quoting import VALUE_LIMIT, quote_id
 from kubegpu.settings.choices import (
     AUTO_DISCOVERY,
     DEVICE_DISCOVERY_STRATEGIES,
@@ -172,4 +174,45 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
         effective=effective(PLUGIN_SETTINGS, flags),
     )
     validate(settings)
+    check_http_address(settings.http_address)
     return settings
+
+
+def http_address_problem(address: str) -> str | None:
+    """Why `address` cannot be listened on as a host (the resolver's own limits), or None.
+
+    An IP address, or a DNS name of labels of 1 to 63 characters, 253 at most in all (RFC 1035): a longer
+    one made the resolver fail with "label too long" deep in the HTTP endpoint's start.
+    """
+    if not address:
+        return None
+    with_brackets = address.startswith("[") and address.endswith("]")
+    try:
+        ipaddress.ip_address(address[1:-1] if with_brackets else address)
+        return None
+    except ValueError:
+        pass
+    if not address.isprintable() or any(c.isspace() for c in address):
+        return "it holds spaces or control characters"
+    name = address.removesuffix(".")
+    if len(name) > 253:
+        return f"it is {len(name)} characters, over the 253 of a DNS name"
+    for label in name.split("."):
+        if not label:
+            return "it has an empty label (two dots in a row)"
+        if len(label) > 63:
+            return f"a label of it is {len(label)} characters, over the 63 of a DNS label"
+    try:
+        address.encode("idna")
+    except UnicodeError as err:
+        return f"it is not a valid host name ({err})"
+    return None
+
+
+def check_http_address(address: str) -> None:
+    problem = http_address_problem(address)
+    if problem:
+        raise ConfigError(
+            f"invalid --http-address (KUBEGPU_HTTP_ADDRESS) {quote_id(address, VALUE_LIMIT)}: {problem}; "
+            'give an IP address or host name of this node, or "" to listen on every interface'
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from kubegpu.common.quoting import plain_id
 from kubegpu.settings.choices import (
     AUTO_DISCOVERY,
     DEFAULT_ANNOTATION_PREFIX,
@@ -76,7 +77,8 @@ def _channel_ids(values: Sequence[str]) -> list[int]:
         return [int(v) for v in values]
     except ValueError:
         raise ConfigError(
-            f"invalid --imex-channel-ids option: {','.join(values)}: channel IDs are integers (use 0)"
+            f"invalid --imex-channel-ids option: {plain_id(','.join(values))}: channel IDs are integers "
+            "(use 0)"
         ) from None
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubegpu.common.quoting import VALUE_LIMIT, quote_id
 from kubegpu.settings.dra_selection import GpuSelectionError, parse_gpu_selection
 from kubegpu.settings.goduration import format_go_duration, parse_sleep_interval
 from kubegpu.settings.goparse import parse_bool, parse_list
@@ -102,7 +103,7 @@ def parse_whole_number(text: str, *, minimum: float | None, maximum: float | Non
         fix += f" from {_number_text(minimum)} to {_number_text(maximum)}"
     if len(text) > 40 or not _INTEGER.fullmatch(text.strip()):  # (Python refuses over 4300 digits)
         raise BadValue(fix)
-    value = int(text)
+    value = int(text.strip())  # what was matched: str.strip takes more than int() does ("0\x1f")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise BadValue(fix)
     return value
@@ -204,10 +205,17 @@ def parse(setting: Setting, text: str | Sequence[str], origin: str) -> Any:
 def error_text(setting: Setting, text: str | Sequence[str], origin: str, fix: str) -> str:
     shown = text if isinstance(text, str) else ",".join(text)
     if setting.owner == "nvidia":
-        return _nvidia_error_text(setting, shown, origin, fix)
+        message = _nvidia_error_text(setting, shown[:VALUE_LIMIT], origin, fix)
+        if len(shown) > VALUE_LIMIT:  # Go's %q is kept; the cut is said after the quoted part
+            message = message.replace(
+                go_quote(shown[:VALUE_LIMIT]),
+                f"{go_quote(shown[:VALUE_LIMIT])}... ({len(shown)} characters)",
+                1,
+            )
+        return message
     default = default_text(setting)
     example = f", e.g. {default} (the default)" if default else ""
-    return f"{origin}={shown!r} is not a valid {_what(setting)}: {fix}{example}"
+    return f"{origin}={quote_id(shown, VALUE_LIMIT)} is not a valid {_what(setting)}: {fix}{example}"
 
 
 def _nvidia_error_text(setting: Setting, shown: str, origin: str, fix: str) -> str:

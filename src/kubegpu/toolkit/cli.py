@@ -20,12 +20,12 @@ from typing import Any, NoReturn
 import click
 
 from kubegpu.common import output
-from kubegpu.common.files import MIB, FileProblem, decode_text, read_text_file
+from kubegpu.common.files import MIB, FileProblem, decode_text, read_input
 from kubegpu.toolkit import render
 from kubegpu.toolkit.cluster_facts import ClusterFacts
-from kubegpu.toolkit.findings import exit_code as findings_exit_code
-from kubegpu.toolkit.lint import RULES, LintOptions, exit_code
-from kubegpu.toolkit.lint import lint as run_lint
+from kubegpu.toolkit.doctor.findings import exit_code as findings_exit_code
+from kubegpu.toolkit.lint.run import RULES, LintOptions, exit_code
+from kubegpu.toolkit.lint.run import lint as run_lint
 from kubegpu.toolkit.live import CURRENT, KubeTarget
 from kubegpu.toolkit.manifests import Manifests, parse_text
 from kubegpu.toolkit.model import DaemonSet, Pod
@@ -142,16 +142,11 @@ def lint_files(
     manifests = Manifests()
     for name in files:
         try:
-            if name == "-":
-                data = sys.stdin.buffer.read(MANIFEST_LIMIT + 1)
-                if len(data) > MANIFEST_LIMIT:
-                    _fail(f"standard input is over the {MANIFEST_LIMIT} bytes lint reads")
-                text = decode_text(data, "<stdin>", what="manifest")
-            else:
-                text = read_text_file(name, limit=MANIFEST_LIMIT, what="manifest")
+            shown, data = read_input(name, limit=MANIFEST_LIMIT, what="manifest")
+            text = decode_text(data, shown, what="manifest")
         except FileProblem as exc:
             _fail(f"cannot read {exc}")
-        parse_text(text, "<stdin>" if name == "-" else name, manifests)
+        parse_text(text, shown, manifests)
     if namespace:
         for workload in manifests.workloads:
             workload.namespace = workload.namespace or namespace
@@ -164,7 +159,7 @@ def lint_files(
             options.cluster = ClusterFacts.of(_snapshot_or_live(snapshot_path, target=live or CURRENT))
     if plugin_config:
         from kubegpu.settings.nvidia_config import ConfigError
-        from kubegpu.toolkit.plugin_config import fail_requests_greater_than_one
+        from kubegpu.toolkit.lint.plugin_config import fail_requests_greater_than_one
 
         try:
             options.fail_requests_greater_than_one = fail_requests_greater_than_one(plugin_config)
@@ -300,7 +295,7 @@ def explain_pod(
 def _explain(
     namespace: str, name: str, snapshot_path: str | None, all_nodes: bool, as_json: bool, target: KubeTarget
 ) -> None:
-    from kubegpu.toolkit.explain import explain as run_explain
+    from kubegpu.toolkit.explain.run import explain as run_explain
 
     snap = _snapshot_or_live(snapshot_path, keep=((namespace, name),), target=target)
     pod = snap.find_pod(namespace, name)
@@ -395,15 +390,13 @@ def run_doctor(
 
 
 def _planned(path: str) -> list[DaemonSet]:
-    from kubegpu.toolkit.doctor_preflight import PreflightError, read_planned
+    from kubegpu.toolkit.doctor.preflight import PreflightError, read_planned
 
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        return read_planned(text, "<stdin>" if path == "-" else path)
-    except OSError as exc:
-        _fail(f"cannot read {path}: {exc.strerror}")
-    except UnicodeDecodeError:
-        _fail(f"{path} is not UTF-8 text; --preflight reads YAML or JSON manifests")
+        shown, data = read_input(path, limit=MANIFEST_LIMIT, what="manifest")
+        return read_planned(decode_text(data, shown, what="manifest"), shown)
+    except FileProblem as exc:
+        _fail(f"cannot read {exc}")
     except PreflightError as exc:
         _fail(str(exc))
 
@@ -417,12 +410,12 @@ def _doctor(
     target: KubeTarget,
 ) -> None:
     if cluster_mode and preflight_path:
-        from kubegpu.toolkit.doctor_preflight import preflight
+        from kubegpu.toolkit.doctor.preflight import preflight
 
         planned = _planned(preflight_path)
         findings = preflight(planned, _snapshot_or_live(snapshot_path, target=target))
     elif cluster_mode:
-        from kubegpu.toolkit.doctor_cluster import doctor_cluster
+        from kubegpu.toolkit.doctor.cluster import doctor_cluster
 
         findings = doctor_cluster(_snapshot_or_live(snapshot_path, target=target))
     else:
@@ -431,7 +424,7 @@ def _doctor(
         from kubegpu.settings.nvidia_config import ConfigError
         from kubegpu.settings.setting import DOCTOR
         from kubegpu.settings.table import for_command
-        from kubegpu.toolkit.doctor_node import doctor_node
+        from kubegpu.toolkit.doctor.node import doctor_node
 
         if not Path(host_root).is_dir():  # bad input (exit 2), not a finding about the node
             _fail(

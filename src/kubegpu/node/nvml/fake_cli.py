@@ -107,33 +107,36 @@ def inject(
             "--wait-error affects every GPU, drop --gpu" if wait_error else f"{chosen[0]} needs --gpu INDEX"
         )
     state = _state_dir(state_dir)
-    if gpu is not None:
-        _check_gpu(state, gpu)
-    if xid is not None:
-        assert gpu is not None
-        state.inject_xid(gpu, xid, WHOLE_GPU if gi is None else gi, WHOLE_GPU if ci is None else ci)
-        done = f"XID {xid} on GPU {gpu}" + (
-            f" (GI {gi}, CI {ci})" if gi is not None or ci is not None else ""
-        )
-    elif lost:
-        assert gpu is not None
-        state.inject_lost(gpu)
-        done = f"GPU {gpu} fallen off the bus (XID 79)"
-    elif ecc is not None:
-        assert gpu is not None
-        state.inject_ecc(gpu, "double" if ecc == "double" else "single")
-        done = f"{ecc}-bit ECC error on GPU {gpu}"
-    elif flaky is not None:
-        assert gpu is not None
-        state.inject_flaky(gpu, flaky)
-        done = f"flaky NVML calls ({flaky:.0%}) on GPU {gpu}"
-    elif recover:
-        assert gpu is not None
-        state.recover(gpu)
-        done = f"GPU {gpu} recovered"
-    else:
-        state.inject_wait_error()
-        done = "an NVML event wait error"
+    try:
+        if gpu is not None:
+            _check_gpu(state, gpu)
+        if xid is not None:
+            assert gpu is not None
+            state.inject_xid(gpu, xid, WHOLE_GPU if gi is None else gi, WHOLE_GPU if ci is None else ci)
+            done = f"XID {xid} on GPU {gpu}" + (
+                f" (GI {gi}, CI {ci})" if gi is not None or ci is not None else ""
+            )
+        elif lost:
+            assert gpu is not None
+            state.inject_lost(gpu)
+            done = f"GPU {gpu} fallen off the bus (XID 79)"
+        elif ecc is not None:
+            assert gpu is not None
+            state.inject_ecc(gpu, "double" if ecc == "double" else "single")
+            done = f"{ecc}-bit ECC error on GPU {gpu}"
+        elif flaky is not None:
+            assert gpu is not None
+            state.inject_flaky(gpu, flaky)
+            done = f"flaky NVML calls ({flaky:.0%}) on GPU {gpu}"
+        elif recover:
+            assert gpu is not None
+            state.recover(gpu)
+            done = f"GPU {gpu} recovered"
+        else:
+            state.inject_wait_error()
+            done = "an NVML event wait error"
+    except StateDirError as err:  # a torn or foreign state file
+        raise click.UsageError(str(err)) from err
     click.echo(f"injected {done} into {state.path}")
 
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import pynvml
 
-from kubegpu.common.files import write_atomic
+from kubegpu.common.files import FileProblem, read_bytes, write_atomic
 from kubegpu.node.nvml.pci import WHOLE_GPU
 from kubegpu.settings.table import FAKE_NVML_STATE_ENV as STATE_ENV
 
@@ -34,6 +34,7 @@ FAULTS_FILE = "faults.json"
 META_FILE = "meta.json"
 SYSFS_DIR = "sysfs"
 _LOCK_FILE = ".lock"
+STATE_FILE_LIMIT = 16 * 1024 * 1024  # faults of a few GPUs, a profile's name: kilobytes
 
 XID_FALLEN_OFF_BUS = 79
 
@@ -89,9 +90,41 @@ class Faults:
         return json.dumps({"gpus": body}, indent=2).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> Faults:
-        body = json.loads(raw).get("gpus", {})
-        return cls({int(i): GpuFaults(**f) for i, f in body.items()})
+    def from_json(cls, raw: bytes, path: Path | str = FAULTS_FILE) -> Faults:
+        """Raises StateDirError naming the file when it is not faults as `to_json` writes them."""
+        body = _json_object(raw, path).get("gpus", {})
+        try:
+            return cls({int(i): GpuFaults(**f) for i, f in body.items()})
+        except (AttributeError, TypeError, ValueError) as err:
+            raise _torn(path, f"its gpus are not fault flags by GPU index ({err})") from None
+
+
+def _torn(path: Path | str, problem: str) -> StateDirError:
+    return StateDirError(
+        f"fake NVML state file {path} {problem}; remove it (the fake NVML and the injector write it again)"
+    )
+
+
+def _json_object(raw: bytes, path: Path | str) -> dict[str, Any]:
+    """A state file's JSON object, or StateDirError naming the file and the fix (a torn or foreign file)."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise _torn(path, f"is not UTF-8 text (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise _torn(path, f"is not JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+    if not isinstance(value, dict):
+        raise _torn(path, "is not a JSON object")
+    return value
+
+
+def _read_state_file(path: Path) -> bytes:
+    try:
+        return read_bytes(path, limit=STATE_FILE_LIMIT, what="fake NVML state file")
+    except FileProblem as err:
+        if not path.exists():
+            raise FileNotFoundError(path) from err
+        raise StateDirError(str(err)) from err
 
 
 class StateDir:
@@ -144,8 +177,7 @@ class StateDir:
             return Faults()
         key = (st.st_ino, st.st_mtime_ns, st.st_size)  # rename gives a new inode, so this sees every write
         if key != self._faults_key:
-            with open(self._faults_path, "rb") as f:
-                self._faults = Faults.from_json(f.read())
+            self._faults = Faults.from_json(_read_state_file(Path(self._faults_path)), self._faults_path)
             self._faults_key = key
         return self._faults
 
@@ -153,7 +185,7 @@ class StateDir:
         """Read-modify-write one GPU's faults under the directory lock."""
         with self._locked():
             path = self.path / FAULTS_FILE
-            current = Faults.from_json(path.read_bytes()) if path.exists() else Faults()
+            current = Faults.from_json(_read_state_file(path), path) if path.exists() else Faults()
             new = change(current.gpu(gpu))
             write_atomic(path, Faults({**current.gpus, gpu: new}).to_json(), durable=False)
             return new
@@ -198,8 +230,9 @@ class StateDir:
         write_atomic(self.path / META_FILE, json.dumps(meta, indent=2).encode(), durable=False)
 
     def read_meta(self) -> dict[str, Any] | None:
+        path = self.path / META_FILE
         try:
-            return json.loads((self.path / META_FILE).read_bytes())
+            return _json_object(_read_state_file(path), path)
         except FileNotFoundError:
             return None
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubegpu.toolkit import apierrors
-from kubegpu.toolkit.lint_rules import LintContext
+from kubegpu.toolkit.lint import apierrors
+from kubegpu.toolkit.lint.rules import LintContext
 from kubegpu.toolkit.manifests import path_text
 
 _INT32 = range(-(2**31), 2**31)

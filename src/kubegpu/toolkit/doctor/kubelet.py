@@ -9,7 +9,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding
+from kubegpu.toolkit.doctor.findings import FAIL, OK, WARN, Finding
 
 PLUGIN_DIR = "var/lib/kubelet/device-plugins"
 

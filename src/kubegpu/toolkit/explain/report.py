@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kubegpu.toolkit.model import Node
 
 if TYPE_CHECKING:
-    from kubegpu.toolkit.explain_dra import DraExplanation
+    from kubegpu.toolkit.explain.dra import DraExplanation
 
 POOL_LABELS = (
     "pool",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kubegpu.toolkit.cluster_facts import is_plugin_daemonset, promises_gpus
-from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, listed
+from kubegpu.toolkit.doctor.findings import FAIL, OK, WARN, Finding, listed
 from kubegpu.toolkit.model import DaemonSet, Node, Pod, PodLite, Toleration, ref
 from kubegpu.toolkit.scheduling import selector_matches, untolerated
 from kubegpu.toolkit.snapshot import Snapshot

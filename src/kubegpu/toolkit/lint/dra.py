@@ -32,7 +32,7 @@ from kubegpu.toolkit.dra_facts import (
     references,
     slices_per_node,
 )
-from kubegpu.toolkit.lint_rules import WARNING, Finding
+from kubegpu.toolkit.lint.rules import WARNING, Finding
 from kubegpu.toolkit.manifests import DraObject, Manifests, Path, Source, Workload
 
 V1BETA1 = "resource.k8s.io/v1beta1"

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from kubegpu.common.files import MIB, FileProblem, read_bytes, read_text_file
-from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding
-from kubegpu.toolkit.host_tree import shown
+from kubegpu.toolkit.doctor.findings import FAIL, OK, WARN, Finding
+from kubegpu.toolkit.doctor.host_tree import shown
 
 TOOLKIT_DIRS = ("usr/bin", "usr/local/bin", "usr/local/nvidia/toolkit")
 TOOLKIT_BINARIES = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli")

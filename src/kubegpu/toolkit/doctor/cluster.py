@@ -5,7 +5,7 @@ fault it explains (the five classic ones: 1 the container sees no GPU, 2 the nod
 GPUs, 3 the pod is Pending, 4 the plugin crash-loops, 5 the GPU request is malformed) and the fix.
 
 This module checks the GPU nodes and the GPU pods and runs every check; the device-plugin DaemonSet's
-checks are in `doctor_plugin`.
+checks are in `doctor.plugin`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.cluster_facts import ACCELERATOR_LABELS, PRESENT_LABELS, label_count, promises_gpus
-from kubegpu.toolkit.doctor_plugin import check_plugin_daemonsets, plugin_daemonsets
-from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, listed, ordered
+from kubegpu.toolkit.doctor.findings import FAIL, OK, WARN, Finding, listed, ordered
+from kubegpu.toolkit.doctor.plugin import check_plugin_daemonsets, plugin_daemonsets
 from kubegpu.toolkit.model import Node, Pod, PodLite, condition, limits, node_ready, ref
 from kubegpu.toolkit.scheduling import filter_summary
 from kubegpu.toolkit.snapshot import Snapshot

@@ -7,7 +7,7 @@ containerd / CRI-O / Docker runtime configuration, the kubelet's device-plugin d
 and CDI specs. NVML itself is checked through the plugin's own discovery.
 
 This module checks the driver, NVML, the device nodes and /dev/char, and runs every check;
-`doctor_runtime` checks the container toolkit, the runtimes and CDI, `doctor_kubelet` the kubelet's
+`doctor.runtime` checks the container toolkit, the runtimes and CDI, `doctor.kubelet` the kubelet's
 device-plugin directory and sockets.
 """
 
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from kubegpu.settings.goyaml import GoYamlError
 from kubegpu.settings.goyaml import load as load_yaml
-from kubegpu.toolkit.doctor_kubelet import check_plugin_dir
-from kubegpu.toolkit.doctor_runtime import check_cdi, check_runtimes, check_toolkit, read_host_file
-from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, ordered
-from kubegpu.toolkit.host_tree import shown, under
+from kubegpu.toolkit.doctor.findings import FAIL, OK, WARN, Finding, ordered
+from kubegpu.toolkit.doctor.host_tree import shown, under
+from kubegpu.toolkit.doctor.kubelet import check_plugin_dir
+from kubegpu.toolkit.doctor.runtime import check_cdi, check_runtimes, check_toolkit, read_host_file
 
 if TYPE_CHECKING:
     from kubegpu.node.inventory import Inventory

@@ -25,8 +25,8 @@ import yaml
 from kubegpu import __version__
 from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.cluster_facts import is_plugin_daemonset, promises_gpus
-from kubegpu.toolkit.doctor_plugin import DAEMONSET_DEFAULT_TOLERATIONS
-from kubegpu.toolkit.findings import FAIL, OK, WARN, Finding, listed, ordered
+from kubegpu.toolkit.doctor.findings import FAIL, OK, WARN, Finding, listed, ordered
+from kubegpu.toolkit.doctor.plugin import DAEMONSET_DEFAULT_TOLERATIONS
 from kubegpu.toolkit.model import Container, DaemonSet, Node, Taint
 from kubegpu.toolkit.scheduling import selector_matches, untolerated
 from kubegpu.toolkit.snapshot import Snapshot

@@ -4,18 +4,18 @@ Each rule has a stable id (KG0xx) and a severity. "error" means the object will 
 API server, never schedule, or fail at admission; "warning" means it runs but not as intended.
 Rules marked (snapshot) need `--snapshot`, a dump of the target cluster.
 
-The rules and their findings are in `lint_rules`; the per-container rules in `lint_containers`, the
-workload's pod counts in `lint_workload`, the snapshot rules in `lint_cluster`, the rules for DRA claims,
-templates, classes and the pods that use them in `lint_dra`.
+The rules and their findings are in `lint.rules`; the per-container rules in `lint.containers`, the
+workload's pod counts in `lint.workload`, the snapshot rules in `lint.cluster`, the rules for DRA claims,
+templates, classes and the pods that use them in `lint.dra`.
 """
 
 from __future__ import annotations
 
-from kubegpu.toolkit.lint_cluster import check_cluster
-from kubegpu.toolkit.lint_containers import check_container
-from kubegpu.toolkit.lint_dra import check_dra
-from kubegpu.toolkit.lint_rules import ERROR, RULES, Finding, LintContext, LintOptions, all_containers
-from kubegpu.toolkit.lint_workload import check_counts
+from kubegpu.toolkit.lint.cluster import check_cluster
+from kubegpu.toolkit.lint.containers import check_container
+from kubegpu.toolkit.lint.dra import check_dra
+from kubegpu.toolkit.lint.rules import ERROR, RULES, Finding, LintContext, LintOptions, all_containers
+from kubegpu.toolkit.lint.workload import check_counts
 from kubegpu.toolkit.manifests import Manifests, path_text
 
 __all__ = ["RULES", "Finding", "LintOptions", "exit_code", "lint"]

@@ -6,7 +6,7 @@ from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_extended_resource_name
 from kubegpu.toolkit import pod_requests as res
 from kubegpu.toolkit.cluster_facts import ClusterFacts
-from kubegpu.toolkit.lint_rules import LOOKS_LIKE_GPU, LintContext, all_containers
+from kubegpu.toolkit.lint.rules import LOOKS_LIKE_GPU, LintContext, all_containers
 from kubegpu.toolkit.manifests import Workload
 from kubegpu.toolkit.model import Node, Taint, Toleration, limits
 from kubegpu.toolkit.scheduling import selector_matches, untolerated

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubegpu.toolkit import pod_requests as res
-from kubegpu.toolkit.explain_report import Fix, pool_of
+from kubegpu.toolkit.explain.report import Fix, pool_of
 from kubegpu.toolkit.model import Node, Pod, Taint, Toleration, ref, taints
 from kubegpu.toolkit.scheduling import (
     DO_NOT_SCHEDULE,

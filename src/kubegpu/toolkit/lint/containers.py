@@ -7,9 +7,9 @@ import re
 
 from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_extended_resource_name
-from kubegpu.toolkit import apierrors
 from kubegpu.toolkit import pod_requests as res
-from kubegpu.toolkit.lint_rules import ERROR, LOOKS_LIKE_GPU, WARNING, LintContext
+from kubegpu.toolkit.lint import apierrors
+from kubegpu.toolkit.lint.rules import ERROR, LOOKS_LIKE_GPU, WARNING, LintContext
 from kubegpu.toolkit.manifests import Path, Workload
 from kubegpu.toolkit.model import Container, limits, requests
 

@@ -1,19 +1,19 @@
 """`kubegpu explain`: why a GPU pod is Pending, and what would let it schedule.
 
 Runs the scheduler's filters (see `scheduling.py`) on every node, DynamicResources for a pod with DRA
-claims (`explain_dra`), then asks counterfactual questions
+claims (`explain.dra`), then asks counterfactual questions
 per node: would it fit with N GPUs freed, with its unhealthy GPUs back, with a toleration, with a
 different selector, uncordoned? Fragmentation is measured cluster-wide per request size.
 
-The fixes are worked out in `explain_fixes`; what is reported, in `explain_report`.
+The fixes are worked out in `explain.fixes`; what is reported, in `explain.report`.
 """
 
 from __future__ import annotations
 
 from kubegpu.toolkit import pod_requests as res
-from kubegpu.toolkit.explain_dra import DraExplanation, dra_filter
-from kubegpu.toolkit.explain_fixes import fixes
-from kubegpu.toolkit.explain_report import Explanation, Fix, FragmentationRow, GpuCount, NodeVerdict, pool_of
+from kubegpu.toolkit.explain.dra import DraExplanation, dra_filter
+from kubegpu.toolkit.explain.fixes import fixes
+from kubegpu.toolkit.explain.report import Explanation, Fix, FragmentationRow, GpuCount, NodeVerdict, pool_of
 from kubegpu.toolkit.model import Pod, condition, node_ready, ref
 from kubegpu.toolkit.scheduling import (
     NODE_RESOURCES_FIT,
