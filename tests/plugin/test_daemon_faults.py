@@ -53,3 +53,22 @@ async def test_a_successful_reload_serves_every_fault_of_the_fault_book() -> Non
                 assert {d.split("::")[0] for d in update.data["unhealthy"]} == set(faults)
         assert n.sim.capacity()[GPU] == 16
         assert await n.stop() == 0
+
+
+async def test_a_gpu_lost_with_health_checks_off_is_a_fault_the_reload_serves() -> None:
+    # The in-process twin of the contract test: no monitor runs, so the rediscovery alone records the loss.
+    async with node(DP_DISABLE_HEALTHCHECKS="all") as n:
+        n.start()
+        await n.allocatable(8)
+        mark = n.sim.last_seq
+        n.state.inject_lost(5)
+        await n.daemon.reload()
+        await n.allocatable(7)
+        fault = n.daemon.faults.get(UUIDS[5])
+        assert fault is not None and fault.reason.startswith("not found by discovery")
+        assert list(n.daemon.faults.snapshot()) == [UUIDS[5]]
+        assert served_health(n)[UUIDS[5]] == [fault.health]
+        (update, *_) = n.sim.events(EventKind.DEVICES_UPDATED, resource=GPU, after=mark)
+        assert update.data["unhealthy"] == [UUIDS[5]]
+        assert n.sim.capacity()[GPU] == 8
+        assert await n.stop() == 0
