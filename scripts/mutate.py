@@ -49,7 +49,7 @@ TARGETS: dict[str, Target] = {
     "goparse": Target("kubegpu/settings/goparse.py", ("tests/settings/test_parsers.py",)),
     "flags": Target(
         "kubegpu/settings/flags.py",
-        ("tests/settings/test_plugin_settings.py", "tests/settings/test_hostile_configs.py"),
+        ("tests/settings/test_plugin_settings.py", "tests/allocation/test_allocation_config.py"),
     ),
     "device_ids": Target(
         "kubegpu/allocation/device_ids.py",
@@ -59,7 +59,11 @@ TARGETS: dict[str, Target] = {
     "given": Target("kubegpu/settings/given.py", ("tests/settings/test_given.py",)),
     "settings-plugin": Target(
         "kubegpu/settings/plugin.py",
-        ("tests/settings/test_plugin_settings.py", "tests/settings/test_hostile_configs.py"),
+        (
+            "tests/settings/test_plugin_settings.py",
+            "tests/settings/test_hostile_configs.py",
+            "tests/allocation/test_allocation_config.py",
+        ),
     ),
     "reconcile": Target("kubegpu/plugin/reconcile.py", ("tests/plugin/test_reconcile.py",)),
     "values": Target(
