@@ -131,7 +131,7 @@ def mutmut_config(target: Target, test_timeout_s: int) -> str:
     def toml_list(items: tuple[str, ...] | list[str]) -> str:
         return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
-    args = ["-q", "-p", "no:cacheprovider", f"--timeout={test_timeout_s}"]
+    args = ["-q", "-p", "no:cacheprovider", f"--timeout={test_timeout_s}", "--hypothesis-profile=mutation"]
     args += [f"--deselect={test}" for test in target.deselect]
     return (
         "\n[tool.mutmut]\n"

@@ -242,7 +242,7 @@ def test_every_bad_value_is_reported_at_once() -> None:
         "KUBEGPU_DISCOVERY_RETRY_SECONDS='abc' is not a valid number of seconds: use a finite number greater "
         "than 0, e.g. 30 (the default)",
     ]
-    assert "\n" not in str(info.value)
+    assert str(info.value) == "; ".join(info.value.problems)  # one line
 
 
 def test_a_command_reads_only_its_own_settings() -> None:
@@ -310,3 +310,8 @@ def test_gfds_empty_env_vars_are_explicit_and_name_their_variable() -> None:
     assert given["oneshot"] == FlagValue(False, True, "GFD_ONESHOT")
     assert given["output-file"] == FlagValue("", True, "GFD_OUTPUT_FILE")
     assert given["oneshot"].source == given["output-file"].source == "env"
+
+
+def test_the_process_environment_is_read_when_none_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBEGPU_HTTP_PORT", "9400")
+    assert read_given(for_command(PLUGIN))["http-port"] == FlagValue(9400, True, "KUBEGPU_HTTP_PORT")
