@@ -83,7 +83,20 @@ TARGETS: dict[str, Target] = {
         ("tests/settings/test_parsers.py", "tests/settings/test_given.py", "tests/settings/test_table.py"),
     ),
     "xids": Target("kubegpu/node/xids.py", ("tests/node/test_xids.py", "tests/node/test_xid_catalog.py")),
-    "preferred": Target("kubegpu/allocation/preferred.py", ("tests/allocation/test_preferred.py",)),
+    "preferred": Target(
+        "kubegpu/allocation/preferred.py",
+        ("tests/allocation/test_preferred.py",),
+        # The exhaustive 16-GPU oracle checks are best_set.py's; the 8-GPU ones still run every path here.
+        deselect=tuple(
+            f"tests/allocation/test_preferred.py::{t}"
+            for t in (
+                "test_every_size_on_a_free_node_is_the_oracles_set[generated-16-boards]",
+                "test_every_size_on_a_free_node_is_the_oracles_set[symmetric-16-quads]",
+                "test_every_size_on_a_free_node_is_the_oracles_set[pcie-16]",
+                "test_best_set_matches_the_oracle_on_arbitrary_16_gpu_weights",
+            )
+        ),
+    ),
     "allocate": Target(
         "kubegpu/allocation/allocate.py",
         (
