@@ -219,7 +219,10 @@ def test_imex_channel_in_every_strategy() -> None:
     out = allocate_container(RESOURCE, [gpu_uuid(2)], options)
     assert out.cdi_devices == [f"{GPU}{gpu_uuid(2)}", "k8s.device-plugin.nvidia.com/imex-channel=0"]
     assert out.envs["NVIDIA_IMEX_CHANNELS"] == "0"
-    assert [m.container_path for m in out.mounts][-1] == "/var/run/nvidia-container-devices/imex/0"
+    assert [(m.container_path, m.host_path) for m in out.mounts][-1] == (
+        "/var/run/nvidia-container-devices/imex/0",
+        "/dev/null",
+    )
     assert (out.devices[-1].container_path, out.devices[-1].host_path) == (
         "/dev/nvidia-caps-imex-channels/channel0",
         "/run/d/dev/nvidia-caps-imex-channels/channel0",
