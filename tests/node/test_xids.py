@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubegpu.node.xids import DEFAULT_IGNORED_XIDS, XidPolicy, describe_xid, xid_policy
+from kubegpu.node.xids import (
+    DEFAULT_IGNORED_XIDS,
+    XidAction,
+    XidPolicy,
+    describe_xid,
+    xid_classifier,
+    xid_policy,
+)
 from kubegpu.settings.env import DaemonEnv
 
 
@@ -67,3 +75,42 @@ def test_any_env_text_parses(disable: str, enable: str, xid: int) -> None:
 def test_describe() -> None:
     assert describe_xid(79) == "XID 79 (GPU has fallen off the bus)"
     assert describe_xid(1234) == "XID 1234"
+
+
+# What each XID calls for under NVIDIA's env vars, with the built-in catalog: 13 restart_app, 45 ignore,
+# 48 and 79 reset_gpu, 154 reboot_node; 999 is in no catalog (NVIDIA marks it: reset_gpu).
+IGNORE, RESTART, RESET, REBOOT = (
+    XidAction.IGNORE,
+    XidAction.RESTART_APP,
+    XidAction.RESET_GPU,
+    XidAction.REBOOT_NODE,
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "actions"),
+    [
+        ({}, {13: RESTART, 45: IGNORE, 48: RESET, 79: RESET, 154: REBOOT, 999: RESET}),
+        # Ignored by NVIDIA's rules: never marks the GPU; the catalog's milder advice is kept.
+        ({"DP_DISABLE_HEALTHCHECKS": "48,154,999"}, {48: IGNORE, 154: IGNORE, 999: IGNORE, 79: RESET}),
+        ({"DP_DISABLE_HEALTHCHECKS": "all"}, {13: RESTART, 45: IGNORE, 79: IGNORE, 154: IGNORE}),
+        # Enabled: always marks the GPU, with the catalog's action when that marks it too.
+        ({"DP_ENABLE_HEALTHCHECKS": "13,45,154"}, {13: RESET, 45: RESET, 154: REBOOT, 31: RESTART}),
+        ({"DP_ENABLE_HEALTHCHECKS": "all"}, {13: RESET, 45: RESET, 79: RESET, 154: REBOOT, 999: RESET}),
+        (
+            {"DP_DISABLE_HEALTHCHECKS": "all", "DP_ENABLE_HEALTHCHECKS": "154,13"},
+            {154: REBOOT, 13: RESET, 79: IGNORE},
+        ),
+    ],
+)
+def test_the_action_each_xid_calls_for(env: dict[str, str], actions: dict[int, XidAction]) -> None:
+    classifier = xid_classifier(DaemonEnv.from_environ(env))
+    assert {xid: classifier.action(xid) for xid in actions} == actions
+
+
+def test_a_classifier_describes_xids_from_its_catalog() -> None:
+    classifier = xid_classifier(DaemonEnv.from_environ({}))
+    assert classifier.describe(154) == (
+        "XID 154 (GPU recovery action changed: the driver asks for a node reboot)"
+    )
+    assert classifier.meaning(999) == "" and classifier.describe(999) == "XID 999"

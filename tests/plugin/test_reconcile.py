@@ -248,3 +248,38 @@ def test_applying_any_plan_serves_exactly_the_new_resources(
     assert {c.name for c in result.of(Step.REMOVE)} == old - new
     for change in result.of(Step.KEEP):
         assert not options_change and change.resource in before
+
+
+def test_a_lost_gpu_brings_back_only_its_own_links_and_the_driver_is_the_one_found_now() -> None:
+    # Discovery lost GPU 5 and, separately, no longer reports the 0-1 link: only GPU 5's links are carried.
+    lost = dataclasses.replace(
+        NODE,
+        gpus=tuple(g for g in NODE.gpus if g.index != 5),
+        links=tuple(link for link in NODE.links if 5 not in (link.a, link.b) and (link.a, link.b) != (0, 1)),
+        driver_version="560.35.03",
+        cuda_driver_version="12.6",
+    )
+    carried = carry_missing(NODE, lost)
+    pairs = [(link.a, link.b) for link in carried.inventory.links]
+    assert pairs == sorted((link.a, link.b) for link in NODE.links if (link.a, link.b) != (0, 1))
+    inventory = carried.inventory
+    assert (inventory.driver_version, inventory.cuda_driver_version) == ("560.35.03", "12.6")
+
+
+def test_the_summary_names_every_change_after_a_kept_resource_and_the_monitor() -> None:
+    renamed = ResourceOptions(
+        sharing_kind="time-slicing",
+        sharing=SharingStrategy(resources=[ReplicatedResource(name=GPU, rename=f"{GPU}.shared", replicas=2)]),
+    )
+    seven = dataclasses.replace(NODE, gpus=NODE.gpus[:7])
+    after = plan(
+        serving(build_resources(NODE)),
+        [*build_resources(NODE), *build_resources(seven, renamed)],
+        OPTIONS,
+        watched=frozenset(UUIDS),
+        gpus=UUIDS[:7],
+    )
+    assert [(c.name, c.step) for c in after.changes] == [(GPU, Step.KEEP), (f"{GPU}.shared", Step.ADD)]
+    assert after.summary() == (
+        "nvidia.com/gpu.shared: add (devices, options); health monitor: watch (7 GPUs)"
+    )

@@ -242,7 +242,7 @@ def test_every_bad_value_is_reported_at_once() -> None:
         "KUBEGPU_DISCOVERY_RETRY_SECONDS='abc' is not a valid number of seconds: use a finite number greater "
         "than 0, e.g. 30 (the default)",
     ]
-    assert "\n" not in str(info.value)
+    assert str(info.value) == "; ".join(info.value.problems)  # one line
 
 
 def test_a_command_reads_only_its_own_settings() -> None:
@@ -281,3 +281,37 @@ def test_config_managers_signal_and_repeated_fallbacks() -> None:
     assert given["fallback-strategies"].value == ["named", "single", "empty"]
     given = read_given(for_command(CONFIG_MANAGER), {"fallback-strategies": ("single", "named,empty")}, {})
     assert given["fallback-strategies"].value == ["single", "named", "empty"]
+
+
+def test_repeated_flags_given_and_not_given_and_their_env_var() -> None:
+    manager = for_command(CONFIG_MANAGER)
+    env = {"FALLBACK_STRATEGIES": "named single"}  # click's split of a repeatable flag's env var
+    # click hands an unrepeated repeatable flag over as (): not given, so the env var stands.
+    assert read_given(manager, {"fallback-strategies": ()}, env)["fallback-strategies"] == FlagValue(
+        ["named", "single"], True, "FALLBACK_STRATEGIES"
+    )
+    assert read_given(manager, {"fallback-strategies": ("empty",)}, env)["fallback-strategies"] == FlagValue(
+        ["empty"], True, "--fallback-strategies"
+    )
+    assert read_given(manager, {}, {})["fallback-strategies"] == FlagValue([], False)
+
+
+def test_a_list_that_is_not_repeatable_splits_on_commas_only() -> None:
+    # NVIDIA's string-slice env vars split on commas: "envvar cdi-cri" is one (invalid) strategy.
+    assert plugin({"DEVICE_LIST_STRATEGY": "envvar cdi-cri"})["device-list-strategy"] == FlagValue(
+        ["envvar cdi-cri"], True, "DEVICE_LIST_STRATEGY"
+    )
+    default = plugin({})["device-list-strategy"]
+    assert default == FlagValue(["envvar"], False) and type(default.value) is list
+
+
+def test_gfds_empty_env_vars_are_explicit_and_name_their_variable() -> None:
+    given = read_given(for_command(LABELS), {}, {"GFD_ONESHOT": "", "GFD_OUTPUT_FILE": ""})
+    assert given["oneshot"] == FlagValue(False, True, "GFD_ONESHOT")
+    assert given["output-file"] == FlagValue("", True, "GFD_OUTPUT_FILE")
+    assert given["oneshot"].source == given["output-file"].source == "env"
+
+
+def test_the_process_environment_is_read_when_none_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBEGPU_HTTP_PORT", "9400")
+    assert read_given(for_command(PLUGIN))["http-port"] == FlagValue(9400, True, "KUBEGPU_HTTP_PORT")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kubegpu.settings.goparse import parse_bool, parse_list
@@ -83,12 +83,25 @@ def test_whole_numbers_within_bounds(value: int) -> None:
 
 
 @given(st.text(max_size=60))
+@example("0\x1f")  # Unicode space to str.strip(), not to int(): was a ValueError, not a clear error
+@example("\x1c5")
 def test_whole_number_text_parses_or_is_refused(text: str) -> None:
     try:
         value = parse_whole_number(text, minimum=1, maximum=64)
     except BadValue:
         return
     assert 1 <= value <= 64 and text.strip().lstrip("+") in (str(value), f"0{value}", f"00{value}")
+
+
+@given(st.text(max_size=40))
+@example("1\x1c")
+@example("\x1f2.5")
+def test_number_text_parses_or_is_refused(text: str) -> None:
+    try:
+        value = parse_number(text, minimum=0, maximum=100, positive=False)
+    except BadValue:
+        return
+    assert 0 <= value <= 100 and float(text) == value
 
 
 @given(st.text(max_size=40))

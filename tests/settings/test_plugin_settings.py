@@ -151,6 +151,18 @@ def test_merge_does_not_mutate_the_parsed_file() -> None:
     assert config.flags.plugin is None
 
 
+def test_a_merged_config_shares_no_list_with_the_flags() -> None:
+    # The daemon merges the same flags again on every reload: a list the merge handed out by reference
+    # would carry one config's later edits into the next.
+    flags = read_given(for_command(PLUGIN), environ={"DEVICE_LIST_STRATEGY": "envvar,cdi-cri"})
+    config, _ = parse_config_text("")
+    first = merge_flags(config, flags)
+    assert first.flags.plugin is not None
+    first.flags.plugin.deviceListStrategy.append("volume-mounts")
+    again = merge_flags(config, flags)
+    assert again.flags.plugin is not None and again.flags.plugin.deviceListStrategy == ["envvar", "cdi-cri"]
+
+
 @pytest.mark.parametrize("text", ["1", "t", "T", "TRUE", "true", "True"])
 def test_go_bool_true(text: str) -> None:
     assert parse_bool(text) is True

@@ -75,6 +75,9 @@ def parse_xid_list(text: str) -> XidList:
 # digits, which no other tool reading the same manifest would.
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+# What int() and float() skip around a number; str.strip() would also take "\x1c".."\x1f" and other
+# Unicode spaces, which they refuse with a ValueError instead of our error.
+_ASCII_SPACE = " \t\n\v\f\r"
 
 
 def _number_text(value: float) -> str:
@@ -87,7 +90,7 @@ def parse_number(text: str, *, minimum: float | None, maximum: float | None, pos
     if low is None and minimum is not None:
         low = f"of {_number_text(minimum)} or more"
     fix = f"use a finite number {low}" if low else "use a finite number"
-    if not _DECIMAL.fullmatch(text.strip()):
+    if not _DECIMAL.fullmatch(text.strip(_ASCII_SPACE)):
         raise BadValue(fix)
     value = float(text)
     if not math.isfinite(value) or (positive and value <= 0) or (minimum is not None and value < minimum):
@@ -101,7 +104,8 @@ def parse_whole_number(text: str, *, minimum: float | None, maximum: float | Non
     fix = "use a whole number"
     if minimum is not None and maximum is not None:
         fix += f" from {_number_text(minimum)} to {_number_text(maximum)}"
-    if len(text) > 40 or not _INTEGER.fullmatch(text.strip()):  # (Python refuses over 4300 digits)
+    # (the length bound: Python refuses over 4300 digits)
+    if len(text) > 40 or not _INTEGER.fullmatch(text.strip(_ASCII_SPACE)):
         raise BadValue(fix)
     value = int(text.strip())  # what was matched: str.strip takes more than int() does ("0\x1f")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):

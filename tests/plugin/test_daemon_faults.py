@@ -1,0 +1,74 @@
+"""The fault book is what is served: after a successful reload, every fault it holds is in the snapshot the
+servers serve and the kubelet is told, whatever the reload changed (nothing, Allocate options, device IDs).
+
+In this process, so the test reads the daemon's own fault book and served snapshot; the health monitor is
+kept (the same GPUs after each reload), so only the book can carry a fault across a reload.
+"""
+
+from __future__ import annotations
+
+from kubegpu.kubeletsim import EventKind
+from kubegpu.node.inventory import Health
+from tests.plugin.test_daemon import GPU, UUIDS, Node, node
+
+RELOADED_CONFIGS = [
+    "version: v1\n# nothing changed but this line\n",
+    "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n",  # new Allocate answers, same list
+    "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+]
+
+
+def served_health(n: Node) -> dict[str, list[Health]]:
+    """Per GPU UUID, the health of every device the servers serve for it (a GPU, or its replicas)."""
+    out: dict[str, list[Health]] = {}
+    for server in n.daemon.registrar.servers:
+        for device in server.resource.devices:
+            out.setdefault(device.uuid, []).append(device.health)
+    return out
+
+
+async def test_a_successful_reload_serves_every_fault_of_the_fault_book() -> None:
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.state.inject_xid(2, 79)
+        n.state.inject_xid(5, 48)
+        await n.allocatable(6)
+        faults = n.daemon.faults.snapshot()
+        assert sorted(faults) == sorted([UUIDS[2], UUIDS[5]])
+        for config, allocatable in zip(RELOADED_CONFIGS, [6, 6, 12], strict=True):
+            mark = n.sim.last_seq
+            n.config.write_text(config)
+            await n.daemon.reload()
+            await n.allocatable(allocatable)
+            assert n.daemon.faults.snapshot() == faults  # a reload neither clears a fault nor adds one
+            health = served_health(n)
+            assert sorted(health) == sorted(UUIDS)
+            for uuid in UUIDS:
+                expected = faults[uuid].health if uuid in faults else Health.ok()
+                assert n.daemon.inventory.gpu_by_uuid(uuid).health == expected, uuid
+                assert set(health[uuid]) == {expected}, uuid
+            # What the kubelet was told since the reload: the faulted GPUs (all their replicas), nothing else.
+            for update in n.sim.events(EventKind.DEVICES_UPDATED, resource=GPU, after=mark):
+                assert {d.split("::")[0] for d in update.data["unhealthy"]} == set(faults)
+        assert n.sim.capacity()[GPU] == 16
+        assert await n.stop() == 0
+
+
+async def test_a_gpu_lost_with_health_checks_off_is_a_fault_the_reload_serves() -> None:
+    # The in-process twin of the contract test: no monitor runs, so the rediscovery alone records the loss.
+    async with node(DP_DISABLE_HEALTHCHECKS="all") as n:
+        n.start()
+        await n.allocatable(8)
+        mark = n.sim.last_seq
+        n.state.inject_lost(5)
+        await n.daemon.reload()
+        await n.allocatable(7)
+        fault = n.daemon.faults.get(UUIDS[5])
+        assert fault is not None and fault.reason.startswith("not found by discovery")
+        assert list(n.daemon.faults.snapshot()) == [UUIDS[5]]
+        assert served_health(n)[UUIDS[5]] == [fault.health]
+        (update, *_) = n.sim.events(EventKind.DEVICES_UPDATED, resource=GPU, after=mark)
+        assert update.data["unhealthy"] == [UUIDS[5]]
+        assert n.sim.capacity()[GPU] == 8
+        assert await n.stop() == 0
