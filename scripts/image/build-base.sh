@@ -125,7 +125,8 @@ archive "$extras" "$work/ctx-build"
 
 build() {  # a FROM-scratch image from a tar: every builder can do this without a registry
     local context="$1" from="$2" tag="$3"
-    printf 'FROM %s\nADD rootfs.tar /\n' "$from" >"$context/Containerfile"
+    printf 'FROM %s\nADD rootfs.tar /\nENV PATH=%s LANG=C.UTF-8\n' "$from" \
+        /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin >"$context/Containerfile"
     case "$builder" in
         buildah) buildah bud --quiet --isolation chroot --timestamp 0 -t "$tag" -f "$context/Containerfile" "$context" ;;
         *) "$builder" build --quiet -t "$tag" -f "$context/Containerfile" "$context" ;;
