@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make image`: build kubegpu's image from the Dockerfile with a real OCI builder, tag it
 # localhost/kubegpu:<version> (pyproject.toml's version) and leave dist/kubegpu-<version>.oci.tar, the OCI
-# archive air-gapped nodes import (docs/install.md).
+# archive air-gapped nodes import (docs/install.md). `build.sh --names` prints the two names and stops.
 #
 # Settings (environment or make variables):
 #   IMAGE_BUILDER  buildah, podman or docker; default: the first of them that works here, else buildah,
@@ -23,6 +23,10 @@ log() { echo "image: $*" >&2; }
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n1)"
 image="localhost/kubegpu:$version"
 archive="dist/kubegpu-$version.oci.tar"
+if [ "${1:-}" = --names ]; then  # what it would build, for the checks (tests/deploy/test_image.py)
+    echo "$image $archive"
+    exit 0
+fi
 
 pick_builder() {
     if [ -n "${IMAGE_BUILDER:-}" ]; then

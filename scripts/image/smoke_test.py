@@ -41,6 +41,7 @@ IMAGE = f"localhost/kubegpu:{VERSION}"
 ARCHIVE = ROOT / "dist" / f"kubegpu-{VERSION}.oci.tar"
 MAX_IMAGE_BYTES = 350 * 1000 * 1000
 NO_BUILDER = 3  # build.sh's exit status when no builder is here and none can be installed
+FORBIDDEN_FILES = {"sh", "bash", "dash", "apt", "apt-get", "dpkg", "pip", "pip3", "gcc", "cc", "ld"}
 PROFILE = "dgx-a100"  # the fake NVML's 8-GPU node
 PLUGINS_IN_CONTAINER = "/var/lib/kubelet/device-plugins"
 
@@ -204,15 +205,20 @@ def check_config(storage: Storage) -> None:
     step(f"config: user 65532:65532, version {VERSION}, revision {revision[:12] or '-'}")
 
 
-def check_size(container: Container) -> None:
-    """The files' bytes in a container that has not run yet: the image, uncompressed."""
-    size = sum(
-        (Path(top) / name).lstat().st_size
-        for top, _, files in os.walk(container.mountpoint)
-        for name in files
-    )
+def check_files(container: Container) -> None:
+    """The files of a container that has not run yet: the image, uncompressed. Its size, and no package
+    manager, shell, compiler or installer among them."""
+    paths = [Path(top) / name for top, _, files in os.walk(container.mountpoint) for name in files]
+    size = sum(path.lstat().st_size for path in paths)
     assert size <= MAX_IMAGE_BYTES, f"the image is {size / 1e6:.0f} MB, over {MAX_IMAGE_BYTES / 1e6:.0f} MB"
-    step(f"{size / 1e6:.0f} MB uncompressed (at most {MAX_IMAGE_BYTES / 1e6:.0f} MB)")
+    found = sorted(
+        str(path.relative_to(container.mountpoint))
+        for path in paths
+        if path.name in FORBIDDEN_FILES or (path.parent.name == "pip" and path.name == "__init__.py")
+    )
+    assert found == [], f"the image holds what it must not: {found}"
+    limit = MAX_IMAGE_BYTES / 1e6
+    step(f"{size / 1e6:.0f} MB uncompressed (at most {limit:.0f}); no shell, apt, dpkg, pip, cc")
 
 
 def check_version(container: Container) -> None:
@@ -358,7 +364,7 @@ def main() -> int:
         step(f"loaded {ARCHIVE.name} into a private storage")
         check_config(storage)
         container = storage.container(IMAGE)
-        check_size(container)
+        check_files(container)
         check_version(container)
         check_libraries(container)
         check_plugin_and_doctor(container, tmp)
