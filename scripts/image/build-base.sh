@@ -32,10 +32,15 @@ if image_exists "$runtime_tag" && image_exists "$build_tag"; then
     exit 0
 fi
 
+if [ "$(id -u)" != 0 ]; then
+    log "unpacking the base needs root (file owners, chroot); or use the official base where a registry"
+    log "is reachable: make image IMAGE_BASE=python:3.11-slim-bookworm"
+    exit 1
+fi
 if ! grep -qs 'VERSION_CODENAME=bookworm' /etc/os-release; then
     log "the base is unpacked from Debian 12 packages and this machine's apt is not Debian 12's;"
     log "build with the official base instead: make image IMAGE_BASE=python:3.11-slim-bookworm"
-    exit 3
+    exit 1
 fi
 packages() { sed -n "s/^$1://p" "$packages_file" | tr -s ' \n' '\n' | sed '/^$/d'; }
 mapfile -t runtime_pkgs < <(packages runtime)

@@ -42,8 +42,9 @@ pick_builder() {
     fi
 }
 builder="$(pick_builder)" || {
-    log "no OCI builder (buildah, podman, docker) here, and buildah cannot be installed"
-    exit 3
+    status=$?  # 3: none can be installed here; anything else (apt failed) is an error, not a skip
+    [ $status -ne 3 ] || log "no OCI builder (buildah, podman, docker) here, and buildah cannot be installed"
+    exit $status
 }
 if [ "$builder" = buildah ]; then
     scripts/image/install-builder.sh  # dpkg-deb for the base, too
@@ -77,13 +78,24 @@ case "$builder" in
 esac >/dev/null
 log "built $image in $((SECONDS - start))s"
 
-mkdir -p dist
-rm -f "$archive"
+# The archive is written again only when the image changed (compressing it is most of a warm build).
 case "$builder" in
-    buildah) buildah push --quiet "$image" "oci-archive:$archive:$image" ;;
-    podman) podman save --quiet --format oci-archive -o "$archive" "$image" ;;
-    docker) docker save -o "$archive" "$image" ;;  # Docker 25+ writes an OCI image layout
+    docker) id="$(docker image inspect --format '{{.Id}}' "$image")" ;;
+    *) id="$("$builder" images --noheading --no-trunc --format '{{.ID}}' "$image")" ;;
 esac
+stamp="$archive.image-id"
+if [ -f "$archive" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$id" ]; then
+    log "$archive holds this image already"
+else
+    mkdir -p dist
+    rm -f "$archive" "$stamp"
+    case "$builder" in
+        buildah) buildah push --quiet "$image" "oci-archive:$archive:$image" ;;
+        podman) podman save --quiet --format oci-archive -o "$archive" "$image" ;;
+        docker) docker save -o "$archive" "$image" ;; # Docker 25+ writes an OCI image layout
+    esac
+    echo "$id" >"$stamp"
+fi
 case "$builder" in
     docker) size="$(docker image inspect --format '{{.Size}}' "$image") bytes" ;;
     *) size="$("$builder" images --noheading --format '{{.Size}}' "$image")" ;;
