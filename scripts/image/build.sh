@@ -63,7 +63,7 @@ args=(
     --build-arg "RUNTIME_BASE=$runtime_base"
     --build-arg "VERSION=$version"
     --build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-    --build-arg "SOURCE=$(git remote get-url origin 2>/dev/null || echo unknown)"
+    --build-arg "SOURCE=$(git remote get-url origin 2>/dev/null | sed 's#//[^/@]*@#//#' || echo unknown)"
     -t "$image" -f Dockerfile
 )
 ca="${PIP_CA:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}"

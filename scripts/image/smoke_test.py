@@ -1,8 +1,9 @@
 """`make image-test`: build the image (scripts/image/build.sh, cached), load its OCI archive into a private
 buildah storage as a node would import it, and run kubegpu in it for real:
 
-1. the image's config: user 65532, the version and revision labels, at most 350 MB;
-2. `kubegpu --version` as the image's default user;
+1. the image's config (user 65532, the version and revision labels) and files (at most 350 MB, no shell,
+   package manager, pip or compiler);
+2. `kubegpu --version` as the image's default user, and every shared object in the venv loads;
 3. `kubegpu plugin` as uid 0 on a read-only root filesystem with the fake NVML's 8-GPU profile and the
    device-plugin directory mounted, against `kubegpu kubelet-sim` outside the container (this repository's
    venv): the simulated kubelet must see capacity 8 / allocatable 8, and the plugin must stop cleanly;
@@ -10,9 +11,10 @@ buildah storage as a node would import it, and run kubegpu in it for real:
 5. `kubegpu dra` as uid 0 on a read-only root against the fake API server and the kubelet simulator's DRA
    side: it registers, publishes the 8 GPUs, prepares an allocated claim (a CDI spec appears), stops.
 
-Everything it starts (containers, the storage, simulators, temporary directories) is removed at the end,
-whatever happened. Where no builder can be installed (no apt-get, or not root) it says so loudly and exits
-0; everywhere else a failure is an error. Run it with the repository's venv (`make image-test`).
+Every command runs on a read-only root filesystem (see Container). Everything the test starts (containers,
+the storage, simulators, temporary directories) is removed at the end, whatever happened. Where no
+builder can be installed (no apt-get, or not root) it says so loudly and exits 0; everywhere else a
+failure is an error. Run it with the repository's venv (`make image-test`).
 """
 
 from __future__ import annotations
@@ -355,6 +357,12 @@ def main() -> int:
     if built.returncode != 0:
         return built.returncode
     step(f"built {IMAGE} and {ARCHIVE.relative_to(ROOT)} in {time.monotonic() - started:.0f}s")
+    # The archive is run with buildah whichever builder made it (docker or podman, where present).
+    installed = subprocess.run([str(ROOT / "scripts/image/install-builder.sh")])
+    if installed.returncode == NO_BUILDER:
+        return skip("the image was built, but buildah, which runs it here, cannot be installed")
+    if installed.returncode != 0:
+        return installed.returncode
 
     tested = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="kgimg-", dir="/tmp"))  # unix socket paths must stay short
