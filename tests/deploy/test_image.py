@@ -1,6 +1,8 @@
 """The container image, as far as it can be checked without a container engine: the Dockerfile copies only
 files that exist and that .dockerignore lets into the build context, its entrypoint runs, the commands
-the manifests give it exist (or are listed as pending), and the pinned requirements match pyproject.toml.
+the manifests give it exist (or are listed as pending), the manifests deploy the image `make image` builds,
+and the pinned requirements match pyproject.toml. `make image-test` builds and runs the image for real
+(scripts/image/smoke_test.py): too slow for the suite.
 
 The slow test (KUBEGPU_SLOW_TESTS=1, needs PyPI) builds the image's venv with the Dockerfile's own script
 in a clean directory and runs `kubegpu --help` from it."""
@@ -20,6 +22,7 @@ from typing import Any
 
 import click
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -105,16 +108,84 @@ def test_the_dockerignore_keeps_the_rest_out() -> None:
 def test_the_image_is_multi_stage_pinned_and_non_root() -> None:
     steps = instructions()
     froms = [args for word, args in steps if word == "FROM"]
-    assert len(froms) == 2 and froms[0].endswith(" AS build")
-    base = next(args for word, args in steps if word == "ARG" and args.startswith("PYTHON_IMAGE="))
-    major_minor = re.fullmatch(r"PYTHON_IMAGE=python:(\d+\.\d+)-slim-\w+", base)
-    assert major_minor, base  # a slim Python image with an explicit version, not :latest
+    assert froms == ["${BUILD_BASE} AS build", "${RUNTIME_BASE}"]
+    args = dict(a.partition("=")[::2] for word, a in steps if word == "ARG")
+    # Without make image's Debian-package bases, both stages are the official image of one Python.
+    assert args["BUILD_BASE"] == args["RUNTIME_BASE"] == "${PYTHON_IMAGE}"
+    major_minor = re.fullmatch(r"python:(\d+\.\d+)-slim-\w+", args["PYTHON_IMAGE"])
+    assert major_minor, args  # a slim Python image with an explicit version, not :latest
     header = (ROOT / "requirements/runtime.txt").read_text()
     assert f"with Python {major_minor.group(1)}" in header  # the pins were resolved for the image's Python
+    assert "python3.11-minimal" in (ROOT / "scripts/image/base-packages.txt").read_text()  # make image's
     assert ("USER", "65532:65532") in steps
-    labels = " ".join(args for word, args in steps if word == "LABEL")
-    for key in ("title", "description", "version", "licenses"):
+    labels = " ".join(a for word, a in steps if word == "LABEL")
+    for key in ("title", "description", "version", "revision", "source", "licenses"):
         assert f"org.opencontainers.image.{key}=" in labels
+    assert args["VERSION"] == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_pip_and_the_proxy_ca_stay_out_of_the_image() -> None:
+    """The download steps get the CA bundle as an optional build secret (mounted for that step, never in
+    a layer); the venv loses pip before it is copied; only the venv crosses into the final stage."""
+    steps = instructions()
+    runs = [a for word, a in steps if word == "RUN"]
+    downloads = [r for r in runs if '"deps"' in r or '"project"' in r]
+    assert len(downloads) == 2
+    for run in downloads:
+        assert run.startswith("--mount=type=secret,id=pip-ca ")
+        assert '"--pip-cert", "/run/secrets/pip-ca"' in run
+    assert any('"prune"' in r for r in runs)
+    final = steps[[i for i, (word, _) in enumerate(steps) if word == "FROM"][-1] :]
+    assert [a for word, a in final if word == "COPY"] == ["--from=build /opt/kubegpu /opt/kubegpu"]
+    assert not [a for word, a in final if word == "RUN"]  # the runtime base has no shell to run one
+
+
+def test_the_base_is_distroless() -> None:
+    """The runtime base's packages: no package manager, shell, compiler or pip (make image-test checks
+    the built image's files too)."""
+    text = (ROOT / "scripts/image/base-packages.txt").read_text()
+    runtime = {p for line in text.splitlines() if line.startswith("runtime:") for p in line.split()[1:]}
+    forbidden = {"apt", "dpkg", "bash", "dash", "coreutils", "perl-base", "gcc", "python3-pip"}
+    assert runtime and not runtime & forbidden
+
+
+def test_the_pruned_kubernetes_asyncio_client_is_not_used() -> None:
+    """scripts/build_venv.py removes kubernetes/aio from the image; nothing of kubegpu may import it."""
+    users = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "src").rglob("*.py")
+        if re.search(r"kubernetes\.aio|from kubernetes import[^\n]*\baio\b", path.read_text())
+    ]
+    assert users == []
+
+
+def image_names() -> tuple[str, str]:
+    out = subprocess.run(
+        [ROOT / "scripts/image/build.sh", "--names"], capture_output=True, text=True, check=True
+    ).stdout
+    image, archive = out.split()
+    return image, archive
+
+
+def test_the_manifests_deploy_the_image_make_image_builds() -> None:
+    """Repository and tag: `make image` tags localhost/kubegpu:<package version> (no "v") and writes
+    dist/kubegpu-<version>.oci.tar; the chart's defaults and every static manifest run exactly that."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert image_names() == (f"localhost/kubegpu:{version}", f"dist/kubegpu-{version}.oci.tar")
+    chart = yaml.safe_load((ROOT / "deployments/helm/kubegpu/Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+    objs = render({"gfd": {"enabled": True}, "dra": {"enabled": True}}, set_files=CONFIG_FILES)
+    static = [(p.name, d) for p in sorted(STATIC.glob("*.yml")) for d in load_docs(p)]
+    sources = [("chart", o) for o in objs] + static
+    images = {
+        (source, c["image"])
+        for source, obj in sources
+        if obj and obj.get("kind") == "DaemonSet"
+        for c in obj["spec"]["template"]["spec"].get("initContainers", [])
+        + obj["spec"]["template"]["spec"]["containers"]
+    }
+    assert {source for source, _ in images} >= {"chart", "kubegpu-device-plugin.yml", "kubegpu-dra.yml"}
+    assert {image for _, image in images} == {f"localhost/kubegpu:{version}"}
 
 
 def test_the_entrypoint_runs() -> None:

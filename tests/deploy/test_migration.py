@@ -93,7 +93,7 @@ def test_the_guides_render_resets_nvidias_tag_and_the_preflight_passes(tmp_path:
     (argv,) = commands("3")
     rendered = render(argv, values)
     images = set(re.findall(r"image: (\S+)", rendered))
-    assert images == {"registry.test/kubegpu:v0.1.0"}
+    assert images == {"registry.test/kubegpu:0.1.0"}
     code, findings = preflight(rendered, cluster(tmp_path))
     assert code == 0 and {f["status"] for f in findings} == {"ok"}, findings
 
@@ -103,7 +103,7 @@ def test_without_the_tag_the_preflight_stops_the_move(tmp_path: Path) -> None:
     values = tmp_path / "nvdp-values.yaml"
     values.write_text(yaml.safe_dump(NVDP_VALUES))
     (argv,) = commands("3")
-    at = argv.index("image.tag=v0.1.0")
+    at = argv.index("image.tag=0.1.0")
     without_tag = argv[: at - 1] + argv[at + 1 :]  # the `--set image.tag=...` pair dropped
     rendered = render(without_tag, values)
     assert "registry.test/kubegpu:v0.17.1" in rendered
@@ -119,7 +119,7 @@ def test_the_guides_install_uses_the_flags_it_checked() -> None:
     install = [c for c in commands("6") if c[:2] == ["helm", "upgrade"]]
     assert install, "step 6 installs with helm upgrade --install"
     flags = {a for a in render_argv if "=" in a and a.startswith("image.")}
-    assert flags == {"image.repository=REGISTRY/kubegpu", "image.tag=v0.1.0"}
+    assert flags == {"image.repository=REGISTRY/kubegpu", "image.tag=0.1.0"}
     assert flags <= set(install[0])
     chart = (ROOT / "deployments/helm/kubegpu/Chart.yaml").read_text()
     assert 'appVersion: "0.1.0"' in chart  # the tag the guide sets is the chart's

@@ -89,7 +89,7 @@ def planned(tmp_path: Path, image: str | None = None, tolerate: str | None = Non
     """The shipped DaemonSet, with another image or an extra toleration, as other values would render it."""
     text = STATIC.read_text()
     if image is not None:
-        text = text.replace("registry.example.com/kubegpu/kubegpu:v0.1.0", image)
+        text = text.replace("localhost/kubegpu:0.1.0", image)
     doc = yaml.safe_load(text)
     if tolerate:
         doc["spec"]["template"]["spec"]["tolerations"].append(
@@ -227,7 +227,7 @@ def test_the_image_tag_is_kubegpus(tmp_path: Path, image: str, status: str, word
     assert finding["status"] == status and words in finding["evidence"], finding
     assert code == (1 if status == "fail" else 0)
     if "release" in words or "runs now" in words:
-        assert finding["fix"].startswith("--set image.tag=v0.1.0")
+        assert finding["fix"].startswith("--set image.tag=0.1.0")
 
 
 def test_stdin_and_bad_input(tmp_path: Path) -> None:

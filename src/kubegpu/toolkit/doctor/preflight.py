@@ -314,7 +314,7 @@ def check_images(planned: DaemonSet, snap: Snapshot) -> Iterator[Finding]:
                 "pod would fail to start (StartError)",
                 4,
                 "set the image to your build of kubegpu: --set image.repository=REGISTRY/kubegpu "
-                f"--set image.tag=v{versions[0]}",
+                f"--set image.tag={versions[0]}",
             )
         elif digest:
             continue
@@ -326,7 +326,7 @@ def check_images(planned: DaemonSet, snap: Snapshot) -> Iterator[Finding]:
                 ds_ref,
                 f"{image} has no tag, so every node pulls :latest",
                 None,
-                f"pin the tag: --set image.tag=v{versions[0]}",
+                f"pin the tag: --set image.tag={versions[0]}",
             )
         elif tag not in tags and (RELEASE_TAG.match(tag) or tag in running_nvidia):
             problems += 1
@@ -339,7 +339,7 @@ def check_images(planned: DaemonSet, snap: Snapshot) -> Iterator[Finding]:
                 "values file's image.tag keeps it when only image.repository is set, and the registry has "
                 "no such kubegpu image (ImagePullBackOff on every node)",
                 4,
-                f"--set image.tag=v{versions[0]} (or remove image.tag from the values file, or "
+                f"--set image.tag={versions[0]} (or remove image.tag from the values file, or "
                 "helm upgrade --reset-values)",
             )
         elif tag not in tags:
