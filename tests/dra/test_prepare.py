@@ -18,7 +18,9 @@ from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import AllocatedClaim, ClaimGone, ClaimReader
 from kubegpu.dra.devices import DraDevice, device_table
-from kubegpu.dra.prepare import ClaimRef, NodeLock, Preparer
+from kubegpu.dra.claim_calls import ClaimRef
+from kubegpu.dra.node_lock import NodeLock
+from kubegpu.dra.prepare import Preparer
 from kubegpu.node.inventory import Inventory
 from kubegpu.settings.dra_selection import parse_gpu_selection
 from tests.builders import make_inventory
@@ -187,7 +189,9 @@ def test_a_reboot_forgets_prepared_claims(tmp_path: Path) -> None:
     assert after.claims == {} and list(after.stale) == ["u1"]
 
 
-def test_a_corrupt_checkpoint_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_corrupt_checkpoint_is_moved_aside_and_read_from_its_copy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "checkpoint.json"
     checkpoint = Checkpoint(path, BOOT)
     checkpoint.put(PreparedClaim("u1", "default", "c", COMPLETED))
@@ -196,9 +200,34 @@ def test_a_corrupt_checkpoint_is_moved_aside(tmp_path: Path, caplog: pytest.LogC
     path.write_text(json.dumps(raw))
     again = Checkpoint(path, BOOT)
     again.load()
-    assert again.claims == {} and not path.exists()
-    assert "checksum mismatch (the file was changed or cut short)" in caplog.text
-    assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["checkpoint.json.corrupt"]
+    assert list(again.claims) == ["u1"] and not again.lost
+    assert "checksum mismatch (the file was changed or cut short); read its copy" in caplog.text
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == [
+        "checkpoint.json",
+        "checkpoint.json.copy",
+        "checkpoint.json.corrupt",
+    ]
+    fresh = Checkpoint(path, BOOT)  # the file was written again from the copy
+    fresh.load()
+    assert list(fresh.claims) == ["u1"]
+
+
+def test_a_truncated_file_and_a_damaged_copy_leave_the_checkpoint_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "checkpoint.json"
+    Checkpoint(path, BOOT).put(PreparedClaim("u1", "default", "c", COMPLETED))
+    path.write_bytes(path.read_bytes()[:40])
+    copy = tmp_path / "checkpoint.json.copy"
+    copy.write_bytes(b"\x00garbage")
+    again = Checkpoint(path, BOOT)
+    again.load()
+    assert again.claims == {} and again.lost
+    assert "no copy of the DRA checkpoint is readable: rebuilding the prepared claims" in caplog.text
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == [
+        "checkpoint.json.copy.corrupt",
+        "checkpoint.json.corrupt",
+    ]
 
 
 async def test_an_old_and_a_new_driver_process_see_each_others_claims(tmp_path: Path) -> None:
