@@ -220,10 +220,11 @@ def _names_claim(err: ApiException, name: str) -> bool:
 def _transport_problem(err: Exception, timeout: float) -> str:
     """What went wrong on the way to the API server, in a few words (urllib3 wraps the cause)."""
     cause: BaseException = err.reason if isinstance(err, MaxRetryError) and err.reason else err
-    if isinstance(cause, TransportTimeout | TimeoutError):
-        return f"the API server did not answer within {timeout:g} s"
+    # Before timeouts: urllib3's NewConnectionError is a ConnectTimeoutError too (for compatibility).
     if isinstance(cause, NewConnectionError | ConnectionRefusedError):
         return "the API server refused the connection (is it down?)"
+    if isinstance(cause, TransportTimeout | TimeoutError):
+        return f"the API server did not answer within {timeout:g} s"
     if isinstance(cause, ProtocolError | ConnectionError):
         return "the connection to the API server was lost"
     if isinstance(cause, ValueError):
