@@ -61,7 +61,9 @@ def allocate_on(node: DraNode, name: str, pod_name: str, device: str) -> dict[st
     created = node.api.create("resourceclaims", claim(name, [request("gpu")]))
     created["status"] = {
         "allocation": {
-            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": device}]},
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": device}]
+            },
             "nodeSelector": {
                 "nodeSelectorTerms": [
                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}
@@ -80,8 +82,12 @@ async def call(node: DraNode, rpc: str, claims: list[tuple[str, str, str]], time
         stub = dra_v1_grpc.DRAPluginStub(channel)
         pb = [dra_v1.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
         if rpc == "prepare":
-            return await stub.NodePrepareResources(dra_v1.NodePrepareResourcesRequest(claims=pb), timeout=timeout)
-        return await stub.NodeUnprepareResources(dra_v1.NodeUnprepareResourcesRequest(claims=pb), timeout=timeout)
+            return await stub.NodePrepareResources(
+                dra_v1.NodePrepareResourcesRequest(claims=pb), timeout=timeout
+            )
+        return await stub.NodeUnprepareResources(
+            dra_v1.NodeUnprepareResourcesRequest(claims=pb), timeout=timeout
+        )
 
 
 def uid_of(obj: dict[str, Any]) -> str:
@@ -95,6 +101,8 @@ async def started(node: DraNode, times: int = 1) -> None:
 
 
 def damage(path: Path, how: str) -> None:
+    if not path.exists():
+        return
     if how == "missing":
         path.unlink()
     elif how == "truncated":
@@ -125,7 +133,10 @@ async def test_a_lost_checkpoint_is_rebuilt_and_the_running_gpu_is_not_prepared_
 
         c2 = uid_of(allocate_on(node, "c2", "thief", "gpu-0"))
         answer = await call(node, "prepare", [("default", c2, "c2")])
-        assert answer.claims[c2].error == f"claim default/c2: device gpu-0 is already prepared for claim default/c1 ({c1})"
+        assert (
+            answer.claims[c2].error
+            == f"claim default/c2: device gpu-0 is already prepared for claim default/c1 ({c1})"
+        )
         again = await call(node, "prepare", [("default", c1, "c1")])  # the same answer as before the loss
         assert [(d.device_name, list(d.cdi_device_ids)) for d in again.claims[c1].devices] == [
             ("gpu-0", [f"k8s.gpu.nvidia.com/claim={c1}-gpu-0"])
@@ -136,14 +147,16 @@ async def test_a_lost_checkpoint_is_rebuilt_and_the_running_gpu_is_not_prepared_
         assert "Traceback" not in node.log()
 
 
-async def test_a_lost_checkpoint_with_the_api_server_down_keeps_the_devices_held_and_unprepare_works() -> None:
+async def test_a_lost_checkpoint_with_the_api_server_down_keeps_the_devices_held_and_unprepare_works() -> (
+    None
+):
     async with DraNode("t4-pcie", env={"KUBEGPU_DRA_API_TIMEOUT_SECONDS": "1"}) as node:
         node.start_driver()
         await started(node)
         await node.wait_published(4)
         assert node.sim is not None
         job = claim_pod("job", "c1")
-        c1 = uid_of(node.allocate(claim("c1", [request("gpu")]), job))
+        node.allocate(claim("c1", [request("gpu")]), job)
         await node.sim.admit(job)
         c2 = uid_of(allocate_on(node, "c2", "thief", "gpu-0"))
         assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
@@ -169,12 +182,13 @@ async def test_a_lost_checkpoint_with_the_api_server_down_keeps_the_devices_held
         assert "Traceback" not in node.log()
 
 
+CLAIMS = "/resourceclaims/"
 FAULTS = {
     "refused": (None, "the API server refused the connection (is it down?)"),
-    "hangs": (Fault(hang_s=3.0, path_contains="/resourceclaims/"), "the API server did not answer within 1 s"),
-    "500": (Fault(status=500, path_contains="/resourceclaims/"), "the API server answered 500 Internal Server Error"),
-    "429": (Fault(status=429, path_contains="/resourceclaims/"), "the API server answered 429 Too Many Requests"),
-}  # fmt: skip
+    "hangs": (Fault(hang_s=3.0, path_contains=CLAIMS), "the API server did not answer within 1 s"),
+    "500": (Fault(status=500, path_contains=CLAIMS), "the API server answered 500 Internal Server Error"),
+    "429": (Fault(status=429, path_contains=CLAIMS), "the API server answered 429 Too Many Requests"),
+}
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -269,27 +283,34 @@ async def test_huge_and_slow_calls_do_not_hold_up_a_good_prepare() -> None:
         assert [d.device_name for d in good.claims[c1].devices] == ["gpu-0"]
 
         too_many = (
-            "the call names 2000 claims, more than the 128 one call may hold (a kubelet sends one pod's claims "
-            "per call); no claim of it was handled"
+            "the call names 2000 claims, more than the 128 one call may hold (a kubelet sends one pod's "
+            "claims per call); no claim of it was handled"
         )
         assert {c.error for c in (await huge).claims.values()} == {too_many}
         assert len((await huge).claims) == 2000
         errors = [c.error for c in (await slow).claims.values()]
         assert len(errors) == 128
-        gone = {f"claim default/bad-s{i} not found: it was deleted before it could be prepared" for i in range(128)}
-        late = {f"cannot read claim default/bad-s{i}: the API server did not answer within 2 s; {RETRY}" for i in range(128)}
+        gone = {
+            f"claim default/bad-s{i} not found: it was deleted before it could be prepared"
+            for i in range(128)
+        }
+        late = {
+            f"cannot read claim default/bad-s{i}: the API server did not answer within 2 s; {RETRY}"
+            for i in range(128)
+        }
         assert all(e in gone | late for e in errors)
         assert sum(e in late for e in errors) >= 100  # 4 reads at a time, 1 s each, 2 s budget
         node.api.fault = None
 
         twice = await call(node, "prepare", [("default", "u-dup", "d1"), ("default", "u-dup", "d2")])
         assert twice.claims["u-dup"].error == (
-            "claim UID u-dup appears 2 times in one call (claim default/d1, claim default/d2); send each claim once"
+            "claim UID u-dup appears 2 times in one call (claim default/d1, claim default/d2); send each "
+            "claim once"
         )
         wrong = await call(node, "unprepare", [("other", c1, "c9")])
         assert wrong.claims[c1].error == (
-            f"claim other/c9: UID {c1} belongs to claim default/c1 on this node, not to this one; nothing was "
-            "unprepared"
+            f"claim other/c9: UID {c1} belongs to claim default/c1 on this node, not to this one; nothing "
+            "was unprepared"
         )
         assert_nothing_lost(node, {c1: ["gpu-0"]})
         log = node.log()

@@ -15,10 +15,10 @@ from kubernetes import client
 
 from kubegpu.apisim import ApiServerSim
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
+from kubegpu.dra.claim_calls import ClaimRef
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import AllocatedClaim, ClaimGone, ClaimReader
 from kubegpu.dra.devices import DraDevice, device_table
-from kubegpu.dra.claim_calls import ClaimRef
 from kubegpu.dra.node_lock import NodeLock
 from kubegpu.dra.prepare import Preparer
 from kubegpu.node.inventory import Inventory

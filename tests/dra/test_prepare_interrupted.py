@@ -50,7 +50,9 @@ def crash_during_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(claim_cdi, "write_atomic", write)
 
 
-@pytest.mark.parametrize("step", ["after the started record", "during the spec write", "before the completed record"])
+@pytest.mark.parametrize(
+    "step", ["after the started record", "during the spec write", "before the completed record"]
+)
 async def test_a_prepare_cut_short_leaves_started_and_a_new_driver_prepares_again_before_answering(
     step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -75,7 +77,9 @@ async def test_a_prepare_cut_short_leaves_started_and_a_new_driver_prepares_agai
     new_reader.objects["c"] = allocated("c", "u1", ["gpu-1"])
     out = await new.prepare([ref("c", "u1")])
     assert out["u1"].error == ""
-    assert [(d.device, d.cdi_ids) for d in out["u1"].devices] == [("gpu-1", ("k8s.gpu.nvidia.com/claim=u1-gpu-1",))]
+    assert [(d.device, d.cdi_ids) for d in out["u1"].devices] == [
+        ("gpu-1", ("k8s.gpu.nvidia.com/claim=u1-gpu-1",))
+    ]
     assert new_reader.gets == 1  # rolled back and read again, not answered from the unfinished entry
     assert [d["name"] for d in json.loads(spec.read_text())["devices"]] == ["u1-gpu-1"]
     assert on_disk(tmp_path) == {"u1": "PrepareCompleted"}

@@ -59,7 +59,9 @@ def method_handlers(
         output = getattr(messages, method.output_type.name)
         implementation = getattr(servicer, name)
         if refused is not None:
-            implementation = _refusing(implementation, method.full_name, output, method.server_streaming, refused)
+            implementation = _refusing(
+                implementation, method.full_name, output, method.server_streaming, refused
+            )
         make = (
             grpc.unary_stream_rpc_method_handler
             if method.server_streaming

@@ -211,8 +211,14 @@ def injected(code: int) -> ApiError:
     """What a server in trouble answers (a fault a test injects): 500 InternalError, 429 TooManyRequests,
     503 ServiceUnavailable, with the real reasons and texts."""
     known = {
-        429: ("TooManyRequests", "the server has received too many requests and has asked us to try again later"),
-        500: ("InternalError", "an error on the server (\"injected\") has prevented the request from succeeding"),
+        429: (
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        ),
+        500: (
+            "InternalError",
+            'an error on the server ("injected") has prevented the request from succeeding',
+        ),
         503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
     }
     reason, message = known.get(code, ("InternalError", f"injected HTTP {code}"))

@@ -90,7 +90,9 @@ class Checkpoint:
         self.claims: dict[str, PreparedClaim] = {}
         self.stale: dict[str, PreparedClaim] = {}  # claims from before a reboot, for cleanup
         self.lost = False  # the last load found a checkpoint but could read neither copy of it
-        self._seen: tuple[int, int, int] | None = None  # (inode, mtime, size) of the file as last read/written
+        self._seen: tuple[int, int, int] | None = (
+            None  # (inode, mtime, size) of the file as last read/written
+        )
 
     def _signature(self) -> tuple[int, int, int] | None:
         try:
@@ -113,7 +115,7 @@ class Checkpoint:
         the caller rebuilds the claims from what is left on disk."""
         self.claims = {}
         self.lost = False
-        problems = []
+        problems: list[str] = []
         for path in (self.path, self.copy_path):
             if not path.exists():
                 continue

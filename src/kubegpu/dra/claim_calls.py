@@ -57,7 +57,9 @@ def screen(claims: Sequence[ClaimRef]) -> dict[str, Failure]:
         seen.setdefault(claim.uid, []).append(claim)
     for uid, named in seen.items():
         if not uid:
-            refused[uid] = Failure("invalid", f"{named[0].describe()} has no UID; send the claim's metadata.uid")
+            refused[uid] = Failure(
+                "invalid", f"{named[0].describe()} has no UID; send the claim's metadata.uid"
+            )
         elif len(named) > 1:
             refused[uid] = Failure(
                 "duplicate",

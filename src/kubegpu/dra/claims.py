@@ -165,7 +165,9 @@ class ClaimReader:
             raise self._failed("list the resourceclaims", err) from None
         out = {}
         for obj in items:
-            results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+            results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+                "results"
+            )
             if any(r.get("driver") == self.driver_name and r.get("pool") == pool for r in results or []):
                 out[str((obj.get("metadata") or {}).get("uid"))] = obj
         return out

@@ -119,7 +119,9 @@ class Preparer:
                 "%d CDI spec(s) on disk belong to claims the checkpoint does not name (%s): their devices "
                 "stay held until the API server confirms the claims",
                 len(self.orphans),
-                ", ".join(f"{uid}: {', '.join(d) or 'no readable devices'}" for uid, d in self.orphans.items()),
+                ", ".join(
+                    f"{uid}: {', '.join(d) or 'no readable devices'}" for uid, d in self.orphans.items()
+                ),
             )
             self.orphans_found.set()
 
@@ -348,7 +350,10 @@ class Preparer:
             return Failure("io", message)
         self.orphans.pop(ref.uid, None)
         log.info(
-            "unprepared %s (%s)%s", ref.describe(), ref.uid, " (known from its CDI spec only)" if orphan else ""
+            "unprepared %s (%s)%s",
+            ref.describe(),
+            ref.uid,
+            " (known from its CDI spec only)" if orphan else "",
         )
         return None
 

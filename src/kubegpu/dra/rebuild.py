@@ -39,7 +39,9 @@ async def rebuild(preparer: Preparer) -> int:
         for uid in list(preparer.orphans):
             obj = listed.get(uid)
             if obj is None:
-                preparer.forget_orphan(uid, "the API server has no claim with this UID allocated on this node")
+                preparer.forget_orphan(
+                    uid, "the API server has no claim with this UID allocated on this node"
+                )
                 settled += 1
                 continue
             meta = obj.get("metadata") or {}

@@ -47,6 +47,7 @@ def _internal_error(rpc: str, refs: Sequence[ClaimRef]) -> str:
     log.exception("%s failed for %d claim(s); each is answered with the error", rpc, len(refs))
     return f"internal error in the DRA driver while handling this call (logged); {RETRY}"
 
+
 PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
