@@ -1,10 +1,12 @@
 """What every NodePrepareResources / NodeUnprepareResources call goes through before and after its claims
 are handled, free of gRPC.
 
-Whoever reaches the DRA socket decides what a call holds, so a call is screened first: a claim without a
-UID, a UID named twice in one call (the answer is a map keyed by UID: two claims would share one answer),
-and every claim of a call naming more claims than a kubelet ever sends (one pod's claims for this driver)
-are refused each with its own error, before anything is read or written.
+Whoever reaches the DRA socket decides what a call holds, so a call is screened first. A call naming more
+claims than a kubelet ever sends (one pod's claims for this driver) is no kubelet's: it is refused whole,
+INVALID_ARGUMENT, before a claim of it is looked at (answering thousands of claims one by one costs the
+event loop what a good call is waiting for). Then a claim without a UID and a UID named twice in one call
+(the answer is a map keyed by UID: two claims would share one answer) are refused each with its own error,
+before anything is read or written.
 
 Failures are per claim, and a bad call can make thousands: each is counted by kind (`FailureCounts.counts`,
 for a metrics endpoint to read) and a call's failures are logged as one summary line, at a bounded rate.
@@ -43,15 +45,20 @@ class Failure:
     message: str  # the claim's error, as the kubelet gets it
 
 
+def too_many(count: int) -> str | None:
+    """Why a call naming `count` claims is refused whole, or None."""
+    if count <= MAX_CLAIMS_PER_CALL:
+        return None
+    return (
+        f"the call names {count} claims, more than the {MAX_CLAIMS_PER_CALL} one call may hold (a kubelet "
+        "sends one pod's claims for a driver per call); no claim of it was handled"
+    )
+
+
 def screen(claims: Sequence[ClaimRef]) -> dict[str, Failure]:
-    """The claims refused before any work, by UID (a UID that appears twice gets one refusal)."""
+    """The claims of a call (within the limit) refused before any work, by UID (a UID that appears twice
+    gets one refusal)."""
     refused: dict[str, Failure] = {}
-    if len(claims) > MAX_CLAIMS_PER_CALL:
-        message = (
-            f"the call names {len(claims)} claims, more than the {MAX_CLAIMS_PER_CALL} one call may hold (a "
-            "kubelet sends one pod's claims per call); no claim of it was handled"
-        )
-        return {c.uid: Failure("too-many", message) for c in claims}
     seen: dict[str, list[ClaimRef]] = {}
     for claim in claims:
         seen.setdefault(claim.uid, []).append(claim)

@@ -34,13 +34,14 @@ from kubegpu.api.dra.v1beta1 import api_pb2 as dra_v1beta1
 from kubegpu.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from kubegpu.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from kubegpu.common.log_throttle import LogThrottle
-from kubegpu.dra.claim_calls import ClaimRef
+from kubegpu.dra.claim_calls import ClaimRef, too_many
 from kubegpu.dra.claims import RETRY
 from kubegpu.dra.prepare import Outcome, Preparer
 
 log = logging.getLogger(__name__)
 # Whoever reaches a socket decides how often these happen: one line a minute, the rest counted.
 UNDECODABLE = LogThrottle(log, interval_s=60.0, burst=1)
+TOO_MANY = LogThrottle(log, interval_s=60.0, burst=1)
 
 
 def _internal_error(rpc: str, refs: Sequence[ClaimRef]) -> str:
@@ -59,7 +60,20 @@ class _DraService(dra_v1_grpc.DRAPluginServicer):
         self.preparer = preparer
         self.pb = pb
 
+    def _too_many(self, rpc: str, request: Any, context: grpc.aio.ServicerContext) -> bool:
+        """Refuse a call over the claim limit whole (see claim_calls); True when refused."""
+        message = too_many(len(request.claims))
+        if message is None:
+            return False
+        self.preparer.failures.counts["too-many"] += len(request.claims)
+        TOO_MANY.warning(rpc, "refusing %s: %s", rpc, message)
+        context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+        context.set_details(message)
+        return True
+
     async def NodePrepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if self._too_many("NodePrepareResources", request, context):
+            return self.pb.NodePrepareResourcesResponse()
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
         try:
             outcomes = await self.preparer.prepare(refs)
@@ -85,6 +99,8 @@ class _DraService(dra_v1_grpc.DRAPluginServicer):
         return response
 
     async def NodeUnprepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if self._too_many("NodeUnprepareResources", request, context):
+            return self.pb.NodeUnprepareResourcesResponse()
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
         try:
             errors = await self.preparer.unprepare(refs)
