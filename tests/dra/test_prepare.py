@@ -21,6 +21,7 @@ from kubegpu.dra.claims import AllocatedClaim, ClaimGone, ClaimReader
 from kubegpu.dra.devices import DraDevice, device_table
 from kubegpu.dra.node_lock import NodeLock
 from kubegpu.dra.prepare import Preparer
+from kubegpu.dra.rebuild import clean_up
 from kubegpu.node.inventory import Inventory
 from kubegpu.settings.dra_selection import parse_gpu_selection
 from tests.builders import make_inventory
@@ -248,13 +249,13 @@ async def test_cleanup_unprepares_claims_that_are_gone_and_keeps_the_rest(tmp_pa
     reader.objects["deleted"] = allocated("deleted", "u2", ["gpu-1"])
     await preparer.prepare([ref("kept", "u1"), ref("deleted", "u2")])
     del reader.objects["deleted"]
-    assert await preparer.clean_up() == ["u2"]
+    assert await clean_up(preparer) == ["u2"]
     assert list(preparer.checkpoint.claims) == ["u1"]
     assert sorted(p.name for p in (tmp_path / "cdi").iterdir()) == ["k8s.gpu.nvidia.com-claim_u1.json"]
     reader.objects["kept"] = allocated(
         "kept", "u1", ["gpu-0"], reserved=False
     )  # not reserved: not ours to judge
-    assert await preparer.clean_up() == []
+    assert await clean_up(preparer) == []
 
 
 async def test_cleanup_through_the_api_server_keeps_claims_when_their_version_stops_being_served(
@@ -276,8 +277,8 @@ async def test_cleanup_through_the_api_server_keeps_claims_when_their_version_st
         prepared = await preparer.prepare([ref(name, uid) for name, uid in uids.items()])
         assert [r.error for r in prepared.values()] == ["", ""]
         api.served["resource.k8s.io"] = ("v1beta1",)
-        assert await preparer.clean_up() == []  # the 404 named no claim: the version is looked up again
+        assert await clean_up(preparer) == []  # the 404 named no claim: the version is looked up again
         assert sorted(preparer.checkpoint.claims) == sorted(uids.values())
         api.delete("resourceclaims", "deleted", namespace="default")
-        assert await preparer.clean_up() == [uids["deleted"]]  # now read through v1beta1
+        assert await clean_up(preparer) == [uids["deleted"]]  # now read through v1beta1
         assert list(preparer.checkpoint.claims) == [uids["kept"]]

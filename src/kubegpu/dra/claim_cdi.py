@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +88,10 @@ class ClaimSpecs:
     def remove(self, claim_uid: str) -> None:
         self.path(claim_uid).unlink(missing_ok=True)
 
-    def on_disk(self) -> dict[str, tuple[str, ...]]:
-        """The claims whose spec is on disk, by UID, with the devices each spec names: what was prepared,
-        whatever the checkpoint says. A spec that cannot be read names no devices (and is logged)."""
+    def on_disk(self, known: Container[str] = ()) -> dict[str, tuple[str, ...]]:
+        """The claims whose spec is on disk, except the `known` ones, by UID, with the devices each spec
+        names: what was prepared, whatever the checkpoint says. A spec that cannot be read names no devices
+        (and is logged)."""
         prefix = f"{vendor(self.driver_name)}-{CLAIM_CLASS}_"
         try:
             names = os.listdir(self.root)
@@ -100,7 +101,8 @@ class ClaimSpecs:
         for name in names:
             if name.startswith(prefix) and name.endswith(".json"):
                 uid = name[len(prefix) : -len(".json")]
-                out[uid] = self._devices_in(uid)
+                if uid not in known:
+                    out[uid] = self._devices_in(uid)
         return out
 
     def _devices_in(self, claim_uid: str) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from kubegpu.dra.devices import DraDevice, device_entries, device_table
 from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
 from kubegpu.dra.prepare import Preparer
 from kubegpu.dra.publisher import SlicePublisher
-from kubegpu.dra.rebuild import rebuild_forever
+from kubegpu.dra.rebuild import clean_up, rebuild_forever
 from kubegpu.dra.service import KubeletServers
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
 from kubegpu.node.faults import FaultBook
@@ -171,6 +171,7 @@ class DraDaemon:
             failed = await _until_stopped_or_failed(stop, tasks)
             log.info("stopping")
             await asyncio.gather(servers.stop(), publisher.stop())
+            preparer.close()
             for task in (*tasks, stop):
                 task.cancel()
             await asyncio.gather(*tasks, stop, return_exceptions=True)
@@ -256,7 +257,7 @@ async def _until_stopped_or_failed(stop: asyncio.Task[Any], tasks: list[asyncio.
 async def _clean_up_forever(preparer: Preparer) -> None:
     while True:
         await asyncio.sleep(CLEANUP_PERIOD_S)
-        await preparer.clean_up()
+        await clean_up(preparer)
 
 
 def _mig_minors() -> dict[str, int]:

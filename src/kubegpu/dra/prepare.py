@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from kubegpu.common.quoting import plain_id
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
 from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
-from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimGone, ClaimReader
+from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.gpuconfig import (
     GPU_CONFIG,
@@ -90,8 +91,13 @@ class Preparer:
         self.orphans: dict[str, tuple[str, ...]] = {}
         self.orphans_found = asyncio.Event()
         self._scanned = False
+        self.settled: Counter[str] = Counter()  # orphans "rebuilt" or "removed" (`rebuild`), for metrics
         self._serial = asyncio.Lock()
         self._reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="claim-read")
+
+    def close(self) -> None:
+        """Drop the reads not started yet (a read in flight ends within the reader's timeout)."""
+        self._reads.shutdown(wait=False, cancel_futures=True)
 
     # ---- the node-wide lock, one step at a time -----------------------------------------------------------
 
@@ -112,8 +118,7 @@ class Preparer:
 
     def _find_orphans(self) -> None:
         self._scanned = True
-        on_disk = self.specs.on_disk()
-        self.orphans = {uid: d for uid, d in on_disk.items() if uid not in self.checkpoint.claims}
+        self.orphans = self.specs.on_disk(known=self.checkpoint.claims)
         if self.orphans:
             log.warning(
                 "%d CDI spec(s) on disk belong to claims the checkpoint does not name (%s): their devices "
@@ -361,34 +366,8 @@ class Preparer:
         """Remove an orphan's spec: the API server says its claim is not (any more) prepared here."""
         self.specs.remove(uid)
         self.orphans.pop(uid, None)
+        self.settled["removed"] += 1
         log.info("removed the CDI spec of claim %s, prepared before the checkpoint was lost: %s", uid, why)
-
-    # ---- cleanup -----------------------------------------------------------------------------------------
-
-    async def clean_up(self) -> list[str]:
-        """Unprepare the checkpointed claims whose ResourceClaim is gone (deleted, or replaced under the same
-        name) while nobody told this driver, e.g. while it was down and the kubelet's state was wiped, as
-        NVIDIA's checkpoint cleanup does. A claim that cannot be read for another reason is kept. Returns the
-        UIDs cleaned up."""
-        try:
-            async with self.locked():
-                known = list(self.checkpoint.claims.values())
-        except LockTimeout as err:
-            log.info("checkpoint cleanup skipped: %s", err)
-            return []
-        gone = []
-        for claim in known:
-            try:
-                await asyncio.to_thread(self.reader.get, claim.namespace, claim.name, claim.uid)
-            except ClaimGone as err:
-                gone.append(claim)
-                log.info("claim %s (%s) is gone (%s): unpreparing it", claim.name, claim.uid, err)
-            except ClaimError:
-                continue  # not allocated any more, API errors: the kubelet decides, not us
-        if not gone:
-            return []
-        errors = await self.unprepare([ClaimRef(c.namespace, c.uid, c.name) for c in gone])
-        return [uid for uid, error in errors.items() if not error]
 
 
 def _not_this_claim(ref: ClaimRef, known: PreparedClaim, outcome: str) -> Failure:

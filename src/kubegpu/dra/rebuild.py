@@ -1,4 +1,5 @@
-"""Claims prepared before the checkpoint was lost, rebuilt from what still exists.
+"""The driver's claims settled against the API server: claims prepared before the checkpoint was lost,
+rebuilt from what still exists, and checkpointed claims whose ResourceClaim is gone, cleaned up.
 
 When neither copy of the checkpoint can be read (or a spec outlived its entry), the per-claim CDI specs on
 disk still say which claims were prepared and which devices each holds: the Preparer keeps those as
@@ -11,6 +12,9 @@ which ResourceClaims are allocated on this node for this driver:
 
 Until the API server answers, the orphans stay (retried with a capped back-off), and an Unprepare of one
 removes its spec by UID.
+
+`clean_up` unprepares the checkpointed claims whose ResourceClaim is gone while nobody told the driver, as
+NVIDIA's checkpoint cleanup does.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import logging
 
 from kubegpu.common.backoff import Backoff
 from kubegpu.common.log_throttle import LogThrottle
-from kubegpu.dra.claims import ApiUnavailable, ClaimError
+from kubegpu.dra.claim_calls import ClaimRef
+from kubegpu.dra.claims import ApiUnavailable, ClaimError, ClaimGone
 from kubegpu.dra.gpuconfig import ConfigError
 from kubegpu.dra.node_lock import LockTimeout
 from kubegpu.dra.prepare import Preparer
@@ -59,6 +64,7 @@ async def rebuild(preparer: Preparer) -> int:
                 continue
             log.info("rebuilt claim %s/%s (%s) from its CDI spec and the API server", claim.namespace,
                      claim.name, uid)  # fmt: skip
+            preparer.settled["rebuilt"] += 1
             settled += 1
     return settled
 
@@ -80,3 +86,28 @@ async def rebuild_forever(preparer: Preparer) -> None:
             if preparer.orphans:  # the API server did not answer, or a claim could not be prepared again
                 await asyncio.sleep(backoff.next_delay())
         backoff.reset()
+
+
+async def clean_up(preparer: Preparer) -> list[str]:
+    """Unprepare the checkpointed claims whose ResourceClaim is gone (deleted, or replaced under the same
+    name) while nobody told this driver, e.g. while it was down and the kubelet's state was wiped. A claim
+    that cannot be read for another reason is kept. Returns the UIDs cleaned up."""
+    try:
+        async with preparer.locked():
+            known = list(preparer.checkpoint.claims.values())
+    except LockTimeout as err:
+        log.info("checkpoint cleanup skipped: %s", err)
+        return []
+    gone = []
+    for claim in known:
+        try:
+            await asyncio.to_thread(preparer.reader.get, claim.namespace, claim.name, claim.uid)
+        except ClaimGone as err:
+            gone.append(claim)
+            log.info("claim %s (%s) is gone (%s): unpreparing it", claim.name, claim.uid, err)
+        except ClaimError:
+            continue  # not allocated any more, API errors: the kubelet decides, not us
+    if not gone:
+        return []
+    errors = await preparer.unprepare([ClaimRef(c.namespace, c.uid, c.name) for c in gone])
+    return [uid for uid, error in errors.items() if not error]
