@@ -22,31 +22,17 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Any
 
 import grpc
 
 from bench.common import Result, Row, interruptible, ms, ratio, summary_ms
+from bench.dra_bench import claim_on_gpu0
 from kubegpu.api.dra.v1 import api_pb2 as dra
-from kubegpu.demo.dranode import DRIVER, NODE, SimulatedDraNode
-from kubegpu.resourceapi import reserved_status
+from kubegpu.demo.dranode import DRIVER, SimulatedDraNode
 
 PREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
 UNPREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
 TARGET_MS = 100.0
-
-
-def _claim(node: SimulatedDraNode, name: str) -> dict[str, Any]:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-    }
-    created = node.api.create("resourceclaims", body)
-    result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}
-    created["status"] = reserved_status({"devices": {"results": [result]}}, "bench", "pod-uid-bench")
-    return node.api.update("resourceclaims", created, status=True)
 
 
 def _request(claims: list[tuple[str, str]]) -> bytes:
@@ -60,7 +46,7 @@ def _unknown(count: int, tag: str) -> bytes:
 
 def _measure(node: SimulatedDraNode, samples: int) -> dict[str, list[float]]:
     sock = f"unix://{node.plugins / DRIVER / 'dra.sock'}"
-    good = _claim(node, "good")
+    good = claim_on_gpu0(node, "good")
     payload = _request([(good["metadata"]["uid"], "good")])
     out: dict[str, list[float]] = {"alone": [], "beside 2000": [], "beside 128": [], "bad calls": []}
     with grpc.insecure_channel(sock) as ch:

@@ -100,6 +100,18 @@ async def started(node: DraNode, times: int = 1) -> None:
     )
 
 
+async def with_a_running_claim(node: DraNode) -> str:
+    """Start the driver, let the kubelet run pod `job` with claim c1 (gpu-0); c1's UID."""
+    node.start_driver()
+    await started(node)
+    await node.wait_published(4)
+    assert node.sim is not None
+    job = claim_pod("job", "c1")
+    c1 = uid_of(node.allocate(claim("c1", [request("gpu")]), job))
+    await node.sim.admit(job)
+    return c1
+
+
 def damage(path: Path, how: str) -> None:
     if not path.exists():
         return
@@ -116,13 +128,8 @@ async def test_a_lost_checkpoint_is_rebuilt_and_the_running_gpu_is_not_prepared_
     how: str,
 ) -> None:
     async with DraNode("t4-pcie") as node:
-        node.start_driver()
-        await started(node)
-        await node.wait_published(4)
+        c1 = await with_a_running_claim(node)
         assert node.sim is not None
-        job = claim_pod("job", "c1")
-        c1 = uid_of(node.allocate(claim("c1", [request("gpu")]), job))
-        await node.sim.admit(job)
         assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
         for name in ("checkpoint.json", "checkpoint.json.copy"):
             damage(node.plugins / DRIVER / name, how)
@@ -151,13 +158,8 @@ async def test_a_lost_checkpoint_with_the_api_server_down_keeps_the_devices_held
     None
 ):
     async with DraNode("t4-pcie", env={"KUBEGPU_DRA_API_TIMEOUT_SECONDS": "1"}) as node:
-        node.start_driver()
-        await started(node)
-        await node.wait_published(4)
+        await with_a_running_claim(node)
         assert node.sim is not None
-        job = claim_pod("job", "c1")
-        node.allocate(claim("c1", [request("gpu")]), job)
-        await node.sim.admit(job)
         c2 = uid_of(allocate_on(node, "c2", "thief", "gpu-0"))
         assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
         damage(node.plugins / DRIVER / "checkpoint.json", "corrupt")
@@ -195,13 +197,8 @@ FAULTS = {
 async def test_an_api_server_in_trouble_fails_only_the_claims_it_must_read(fault: str) -> None:
     injected, why = FAULTS[fault]
     async with DraNode("t4-pcie", env={"KUBEGPU_DRA_API_TIMEOUT_SECONDS": "1"}) as node:
-        node.start_driver()
-        await started(node)
-        await node.wait_published(4)
+        c1 = await with_a_running_claim(node)
         assert node.sim is not None
-        job = claim_pod("job", "c1")
-        c1 = uid_of(node.allocate(claim("c1", [request("gpu")]), job))
-        await node.sim.admit(job)
         later = claim_pod("later", "c2")
         c2 = uid_of(node.allocate(claim("c2", [request("gpu")]), later))
         if injected is None:
