@@ -47,7 +47,7 @@ from kubegpu.node.inventory import Inventory
 
 log = logging.getLogger(__name__)
 
-READ_THREADS = 16  # API reads in flight, all calls together
+READ_THREADS = 8  # API reads in flight, all calls together (within the client's pool of 5 per CPU)
 READS_PER_CALL = 4  # so that one call with many claims leaves threads for the others
 
 
@@ -131,9 +131,13 @@ class Preparer:
             self.orphans_found.set()
 
     async def recover(self) -> None:
-        """At start-up, before serving: find the orphans (the checkpoint was loaded by the caller)."""
-        async with self.locked():
-            pass
+        """At start-up, before serving: find the orphans (the checkpoint was loaded by the caller). When
+        another driver process holds the lock too long, the first call finds them instead."""
+        try:
+            async with self.locked():
+                pass
+        except LockTimeout as err:
+            log.warning("the claims on disk are looked at on the first call: %s", err)
 
     # ---- Prepare -----------------------------------------------------------------------------------------
 
