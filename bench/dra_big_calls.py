@@ -7,7 +7,7 @@ first alone (the baseline), then while a second thread keeps the driver busy wit
 
 - 2,000 unknown claims in one call (refused whole, INVALID_ARGUMENT: more than one call may hold);
 - 128 unknown claims in one call (within the limit: every claim is read from the API server, which answers
-  404 for each, 4 reads at a time, with the node lock free meanwhile).
+  404 for each, 2 reads at a time, with the node lock free meanwhile).
 
 Before the fix, one 2,000-claim call took 5.9 s and held a good Prepare for 5.7 s. The target is the
 issue's: the good Prepare answers within 100 ms (p99) beside either call.

@@ -48,7 +48,7 @@ from kubegpu.node.inventory import Inventory
 log = logging.getLogger(__name__)
 
 READ_THREADS = 8  # API reads in flight, all calls together (within the client's pool of 5 per CPU)
-READS_PER_CALL = 4  # so that one call with many claims leaves threads for the others
+READS_PER_CALL = 2  # so that one call with many claims leaves threads for the others
 
 
 class DeviceBusy(ClaimError):
