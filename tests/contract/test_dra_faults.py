@@ -123,6 +123,26 @@ def damage(path: Path, how: str) -> None:
         path.write_bytes(b"\x00\xffgarbage over the checkpoint\n")
 
 
+async def test_garbage_over_the_checkpoint_is_read_from_its_copy_with_the_claim_kept() -> None:
+    # The scenario: garbage written over checkpoint.json while a claim runs, then a restart.
+    async with DraNode("t4-pcie") as node:
+        c1 = await with_a_running_claim(node)
+        assert node.sim is not None
+        assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
+        damage(node.plugins / DRIVER / "checkpoint.json", "corrupt")
+        node.start_driver()
+        await started(node, 2)
+        c2 = uid_of(allocate_on(node, "c2", "thief", "gpu-0"))
+        answer = await call(node, "prepare", [("default", c2, "c2")])
+        assert answer.claims[c2].error == (
+            f"claim default/c2: device gpu-0 is already prepared for claim default/c1 ({c1})"
+        )
+        assert "read its copy" in node.log() and "rebuil" not in node.log()
+        assert_nothing_lost(node, {c1: ["gpu-0"]})
+        await node.sim.terminate_pod("job")
+        assert_nothing_lost(node, {})
+
+
 @pytest.mark.parametrize("how", ["corrupt", "truncated", "missing"])
 async def test_a_lost_checkpoint_is_rebuilt_and_the_running_gpu_is_not_prepared_for_another_claim(
     how: str,
