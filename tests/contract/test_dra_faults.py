@@ -174,9 +174,27 @@ async def test_a_lost_checkpoint_is_rebuilt_and_the_running_gpu_is_not_prepared_
         assert "Traceback" not in node.log()
 
 
-async def test_a_lost_checkpoint_with_the_api_server_down_keeps_the_devices_held_and_unprepare_works() -> (
-    None
-):
+async def test_a_checkpoint_lost_under_a_running_driver_is_noticed_at_the_next_call() -> None:
+    async with DraNode("t4-pcie") as node:
+        c1 = await with_a_running_claim(node)
+        assert node.sim is not None
+        for name in ("checkpoint.json", "checkpoint.json.copy"):
+            damage(node.plugins / DRIVER / name, "missing")
+        c2 = uid_of(allocate_on(node, "c2", "thief", "gpu-0"))
+        answer = await call(node, "prepare", [("default", c2, "c2")])
+        # Held by the spec on disk, or (if the rebuild already ran) by the rebuilt entry: never prepared.
+        assert answer.claims[c2].error in (
+            f"claim default/c2: device gpu-0 may be in use by claim {c1}: its CDI spec is on disk but the "
+            f"checkpoint entry is lost and the API server has not yet confirmed the claim; {RETRY}",
+            f"claim default/c2: device gpu-0 is already prepared for claim default/c1 ({c1})",
+        )
+        await node.wait(lambda: "rebuilt claim default/c1" in node.log(), "the claim rebuilt")
+        assert_nothing_lost(node, {c1: ["gpu-0"]})
+        await node.sim.terminate_pod("job")
+        assert_nothing_lost(node, {})
+
+
+async def test_a_lost_checkpoint_with_the_api_server_down_holds_the_gpus_and_unprepares() -> None:
     async with DraNode("t4-pcie", env={"KUBEGPU_DRA_API_TIMEOUT_SECONDS": "1"}) as node:
         await with_a_running_claim(node)
         assert node.sim is not None
