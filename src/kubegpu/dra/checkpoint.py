@@ -188,11 +188,13 @@ class Checkpoint:
         data = {"version": VERSION, "checksum": zlib.crc32(body.encode()), "data": body}
         encoded = json.dumps(data).encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # The file, then its copy: whichever write is cut short, the other holds this state or the one
-        # before it (whose newest claim is at worst PrepareStarted, which is rolled back).
+        # The file, then its copy. Each is replaced whole (a write cut short leaves the previous one), and
+        # the file is durable; the copy, there for a file damaged from outside (or truncated, or deleted),
+        # skips the fsync: it costs a Prepare as much as the file's, and should a crash also lose the copy,
+        # the file is there, and without either the claims are rebuilt from their specs.
         write_atomic(self.path, encoded, mode=0o600)
         self._seen = self._signature()
-        write_atomic(self.copy_path, encoded, mode=0o600)
+        write_atomic(self.copy_path, encoded, mode=0o600, durable=False)
 
     def put(self, claim: PreparedClaim) -> None:
         self.claims[claim.uid] = claim
