@@ -66,7 +66,7 @@ asyncio.run(main())
 TARGET_RATIO = 1.25  # the Allocate rule: ours <= 1.25x the echo
 
 
-def _claim(node: SimulatedDraNode, name: str) -> dict[str, Any]:
+def claim_on_gpu0(node: SimulatedDraNode, name: str) -> dict[str, Any]:
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -89,8 +89,8 @@ def _request(claims: list[dict[str, Any]]) -> bytes:
 def _measure(node: SimulatedDraNode, echo_sock: str, rounds: int, batch: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {"echo": [], "prepared": [], "new": [], "unprepare": []}
     sock = node.plugins / DRIVER / "dra.sock"
-    held = _claim(node, "held")
-    fresh = [_claim(node, f"new-{i}") for i in range(rounds * batch // 4)]
+    held = claim_on_gpu0(node, "held")
+    fresh = [claim_on_gpu0(node, f"new-{i}") for i in range(rounds * batch // 4)]
     with (
         grpc.insecure_channel(f"unix://{echo_sock}") as echo_ch,
         grpc.insecure_channel(f"unix://{sock}") as ch,

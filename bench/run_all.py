@@ -131,6 +131,7 @@ def main() -> int:
         "slice_publish": ["--rounds", "60"],
         "cli_help": ["--runs", "15"],
         "dra_bench": ["--rounds", "10", "--batch", "100"],
+        "dra_big_calls": ["--samples", "40"],
         "dra_explain_bench": ["--nodes", "1000"],
     }
     rows: list[Row] = []

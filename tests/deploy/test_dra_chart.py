@@ -218,7 +218,7 @@ def test_rbac_is_exactly_what_the_driver_does() -> None:
             "resources": ["resourceslices"],
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
         },
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     ]
     binding = by_kind(objs, "ClusterRoleBinding")["kubegpu-dra"]

@@ -15,10 +15,13 @@ from kubernetes import client
 
 from kubegpu.apisim import ApiServerSim
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
+from kubegpu.dra.claim_calls import ClaimRef
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import AllocatedClaim, ClaimGone, ClaimReader
 from kubegpu.dra.devices import DraDevice, device_table
-from kubegpu.dra.prepare import ClaimRef, NodeLock, Preparer
+from kubegpu.dra.node_lock import NodeLock
+from kubegpu.dra.prepare import Preparer
+from kubegpu.dra.rebuild import clean_up
 from kubegpu.node.inventory import Inventory
 from kubegpu.settings.dra_selection import parse_gpu_selection
 from tests.builders import make_inventory
@@ -187,7 +190,9 @@ def test_a_reboot_forgets_prepared_claims(tmp_path: Path) -> None:
     assert after.claims == {} and list(after.stale) == ["u1"]
 
 
-def test_a_corrupt_checkpoint_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_corrupt_checkpoint_is_moved_aside_and_read_from_its_copy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "checkpoint.json"
     checkpoint = Checkpoint(path, BOOT)
     checkpoint.put(PreparedClaim("u1", "default", "c", COMPLETED))
@@ -196,9 +201,34 @@ def test_a_corrupt_checkpoint_is_moved_aside(tmp_path: Path, caplog: pytest.LogC
     path.write_text(json.dumps(raw))
     again = Checkpoint(path, BOOT)
     again.load()
-    assert again.claims == {} and not path.exists()
-    assert "checksum mismatch (the file was changed or cut short)" in caplog.text
-    assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["checkpoint.json.corrupt"]
+    assert list(again.claims) == ["u1"] and not again.lost
+    assert "checksum mismatch (the file was changed or cut short); read its copy" in caplog.text
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == [
+        "checkpoint.json",
+        "checkpoint.json.copy",
+        "checkpoint.json.corrupt",
+    ]
+    fresh = Checkpoint(path, BOOT)  # the file was written again from the copy
+    fresh.load()
+    assert list(fresh.claims) == ["u1"]
+
+
+def test_a_truncated_file_and_a_damaged_copy_leave_the_checkpoint_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "checkpoint.json"
+    Checkpoint(path, BOOT).put(PreparedClaim("u1", "default", "c", COMPLETED))
+    path.write_bytes(path.read_bytes()[:40])
+    copy = tmp_path / "checkpoint.json.copy"
+    copy.write_bytes(b"\x00garbage")
+    again = Checkpoint(path, BOOT)
+    again.load()
+    assert again.claims == {} and again.lost
+    assert "no copy of the DRA checkpoint is readable: rebuilding the prepared claims" in caplog.text
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == [
+        "checkpoint.json.copy.corrupt",
+        "checkpoint.json.corrupt",
+    ]
 
 
 async def test_an_old_and_a_new_driver_process_see_each_others_claims(tmp_path: Path) -> None:
@@ -219,13 +249,13 @@ async def test_cleanup_unprepares_claims_that_are_gone_and_keeps_the_rest(tmp_pa
     reader.objects["deleted"] = allocated("deleted", "u2", ["gpu-1"])
     await preparer.prepare([ref("kept", "u1"), ref("deleted", "u2")])
     del reader.objects["deleted"]
-    assert await preparer.clean_up() == ["u2"]
+    assert await clean_up(preparer) == ["u2"]
     assert list(preparer.checkpoint.claims) == ["u1"]
     assert sorted(p.name for p in (tmp_path / "cdi").iterdir()) == ["k8s.gpu.nvidia.com-claim_u1.json"]
     reader.objects["kept"] = allocated(
         "kept", "u1", ["gpu-0"], reserved=False
     )  # not reserved: not ours to judge
-    assert await preparer.clean_up() == []
+    assert await clean_up(preparer) == []
 
 
 async def test_cleanup_through_the_api_server_keeps_claims_when_their_version_stops_being_served(
@@ -247,8 +277,8 @@ async def test_cleanup_through_the_api_server_keeps_claims_when_their_version_st
         prepared = await preparer.prepare([ref(name, uid) for name, uid in uids.items()])
         assert [r.error for r in prepared.values()] == ["", ""]
         api.served["resource.k8s.io"] = ("v1beta1",)
-        assert await preparer.clean_up() == []  # the 404 named no claim: the version is looked up again
+        assert await clean_up(preparer) == []  # the 404 named no claim: the version is looked up again
         assert sorted(preparer.checkpoint.claims) == sorted(uids.values())
         api.delete("resourceclaims", "deleted", namespace="default")
-        assert await preparer.clean_up() == [uids["deleted"]]  # now read through v1beta1
+        assert await clean_up(preparer) == [uids["deleted"]]  # now read through v1beta1
         assert list(preparer.checkpoint.claims) == [uids["kept"]]

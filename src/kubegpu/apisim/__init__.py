@@ -28,7 +28,7 @@ from .kinds import (
     RESOURCE_VERSIONS,
     ResourceKind,
 )
-from .server import ApiCall, ApiServerSim
+from .server import ApiCall, ApiServerSim, Fault
 
 __all__ = [
     "DEVICE_CLASSES",
@@ -41,6 +41,7 @@ __all__ = [
     "ApiCall",
     "ApiError",
     "ApiServerSim",
+    "Fault",
     "FieldError",
     "ResourceKind",
 ]

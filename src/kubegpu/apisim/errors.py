@@ -205,3 +205,21 @@ def unsupported_media_type(content_type: str, accepted: Sequence[str]) -> ApiErr
 def gone(message: str) -> ApiError:
     """What a watch from a compacted resourceVersion gets (as an ERROR event, not an HTTP status)."""
     return ApiError(410, "Expired", message)
+
+
+def injected(code: int) -> ApiError:
+    """What a server in trouble answers (a fault a test injects): 500 InternalError, 429 TooManyRequests,
+    503 ServiceUnavailable, with the real reasons and texts."""
+    known = {
+        429: (
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        ),
+        500: (
+            "InternalError",
+            'an error on the server ("injected") has prevented the request from succeeding',
+        ),
+        503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+    }
+    reason, message = known.get(code, ("InternalError", f"injected HTTP {code}"))
+    return ApiError(code, reason, message, {"retryAfterSeconds": 1} if code == 429 else {})

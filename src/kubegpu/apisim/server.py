@@ -25,12 +25,15 @@ feature gates other than DRADeviceTaints (when off, device taints are dropped on
 with the gate off drops them; a 1.32 server, which has no taints field, drops them too).
 
 Every response closes its connection, so a stopped server is really unreachable (no kept-alive socket
-keeps serving). Requests are recorded for assertions.
+keeps serving). Requests are recorded for assertions. A server in trouble is one attribute away:
+`api.fault = Fault(status=500)` (or 429, or `hang_s=30` to hold requests unanswered), optionally only for
+paths containing a string; `api.stop()` refuses connections.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import copy
 import json
 import threading
@@ -46,7 +49,7 @@ from kubegpu.resourceapi.cel import compile_error
 
 from .convert import from_hub, to_hub
 from .discovery import api_group, api_group_list, api_resource_list, api_versions, version_info
-from .errors import ApiError, bad_request, gone, method_not_allowed, unsupported_media_type
+from .errors import ApiError, bad_request, gone, injected, method_not_allowed, unsupported_media_type
 from .kinds import (
     ALL_KINDS,
     NODES,
@@ -75,6 +78,20 @@ class ApiCall:
     path: str
     query: Mapping[str, str]
     body: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """What the server does with the requests whose path contains `path_contains` ("": all of them): hold
+    each `hang_s` seconds first, then answer `status` (500, 429, 503) with its Status body, or the request
+    as usual when `status` is 0."""
+
+    status: int = 0
+    hang_s: float = 0.0
+    path_contains: str = ""
+
+    def applies(self, path: str) -> bool:
+        return self.path_contains in path
 
 
 class ApiServerSim:
@@ -112,6 +129,7 @@ class ApiServerSim:
         )
         self.requests: list[tuple[str, dict[str, str]]] = []  # (path, query) of every request
         self.calls: list[ApiCall] = []
+        self.fault: Fault | None = None
         self._httpd: ThreadingHTTPServer | None = None
         self.port = 0
 
@@ -581,6 +599,13 @@ def _handler(server: ApiServerSim) -> type[BaseHTTPRequestHandler]:
                 return
             server.requests.append((url.path, query))
             server.calls.append(ApiCall(method, url.path, query, body))
+            fault = server.fault
+            if fault is not None and fault.applies(url.path):
+                time.sleep(fault.hang_s)
+                if fault.status:
+                    with contextlib.suppress(OSError):  # the client gave up waiting
+                        self._json(fault.status, injected(fault.status).status())
+                    return
             try:
                 route = parse_path(url.path, server.kinds, server.served)
                 if isinstance(route, DiscoveryRoute):

@@ -5,7 +5,10 @@ Two phases per claim, as NVIDIA's checkpoint V2: `PrepareStarted` is written bef
 crash, a SIGKILL): its leftovers are rolled back before it is prepared again. The node's boot ID is kept:
 after a reboot nothing prepared before it exists any more, so the claims are dropped.
 
-The file is JSON with a CRC-32 of its content; it is replaced atomically (write, fsync, rename).
+The file is JSON with a CRC-32 of its content; it is replaced atomically (write, fsync, rename), and a
+second copy (`checkpoint.json.copy`) is written after it, so a torn or damaged file is read from the other
+one. When neither can be read the claims are not forgotten: the driver rebuilds them from the per-claim CDI
+specs on disk and the API server (`dra/rebuild.py`); a corrupt file is moved aside for a post-mortem.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    admin_access: bool = False  # may share the device with the claim that uses it (DRAAdminAccess)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,13 @@ class PreparedClaim:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> PreparedClaim:
         devices = tuple(
-            PreparedDevice(tuple(d["request_names"]), d["pool"], d["device"], tuple(d["cdi_ids"]))
+            PreparedDevice(
+                tuple(d["request_names"]),
+                d["pool"],
+                d["device"],
+                tuple(d["cdi_ids"]),
+                bool(d.get("admin_access", False)),
+            )
             for d in raw.get("devices", [])
         )
         state = raw["state"]
@@ -75,9 +85,11 @@ class Checkpoint:
 
     def __init__(self, path: Path, boot_id: str) -> None:
         self.path = path
+        self.copy_path = path.with_name(f"{path.name}.copy")
         self.boot_id = boot_id
         self.claims: dict[str, PreparedClaim] = {}
         self.stale: dict[str, PreparedClaim] = {}  # claims from before a reboot, for cleanup
+        self.lost = False  # the last load found a checkpoint but could read neither copy of it
         self._seen: tuple[int, int, int] | None = (
             None  # (inode, mtime, size) of the file as last read/written
         )
@@ -89,28 +101,54 @@ class Checkpoint:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
-    def refresh(self) -> None:
-        """Read the file again if someone else (another driver process) replaced it since we last did."""
-        if self._signature() != self._seen:
-            self.claims = {}
-            self.load()
+    def refresh(self) -> bool:
+        """Read the file again if someone else (another driver process) replaced it since we last did;
+        True when it was read again."""
+        if self._signature() == self._seen:
+            return False
+        self.load()
+        return True
 
     def load(self) -> None:
-        """Read the file (none yet: empty). A corrupt file is moved aside with an error logged: the driver
-        starts empty rather than not at all (Unprepare of an unknown claim succeeds anyway)."""
-        if not self.path.exists():
-            self._seen = None
-            return
+        """Read the file, or its copy when the file is missing or damaged (then write the file again). None:
+        empty. Neither readable: empty with `lost` set, each damaged file moved aside with an error logged;
+        the caller rebuilds the claims from what is left on disk."""
+        self.claims = {}
+        self.lost = False
+        problems: list[str] = []
+        for path in (self.path, self.copy_path):
+            if not path.exists():
+                continue
+            problem = self._read(path)
+            if problem is None:
+                if path == self.copy_path:  # the file itself is missing or damaged: write it again
+                    why = problems[0] if problems else f"the DRA checkpoint {self.path} is missing"
+                    log.error("%s; read its copy %s instead (%d claim(s))", why, path, len(self.claims))
+                    self.save()
+                self._seen = self._signature()
+                return
+            problems.append(self._quarantine(path, problem))
+        self._seen = self._signature()
+        if problems:
+            self.lost = True
+            log.error(
+                "%s; no copy of the DRA checkpoint is readable: rebuilding the prepared claims from the "
+                "CDI specs on disk and the API server",
+                "; ".join(problems),
+            )
+
+    def _read(self, path: Path) -> str | None:
+        """Load `path` into `claims`; what is wrong with it, or None."""
         try:
-            self._seen = self._signature()
-            data = read_bytes(self.path, limit=_LIMIT, what="DRA checkpoint")
+            data = read_bytes(path, limit=_LIMIT, what="DRA checkpoint")
         except FileProblem as err:
-            self._quarantine(str(err))
-            return
+            return err.problem
         try:
             self._parse(data)
-        except (CheckpointError, ValueError, KeyError, TypeError) as err:
-            self._quarantine(f"{self.path}: {err}")
+        except (CheckpointError, ValueError, KeyError, TypeError, AttributeError) as err:
+            self.claims = {}
+            return str(err)
+        return None
 
     def _parse(self, data: bytes) -> None:
         raw = json.loads(data)
@@ -135,24 +173,28 @@ class Checkpoint:
             return
         self.claims = claims
 
-    def _quarantine(self, why: str) -> None:
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-        log.error(
-            "cannot read the DRA checkpoint, starting without it (moved to %s; claims prepared before are "
-            "unprepared as unknown): %s",
-            aside,
-            why,
-        )
-        os.replace(self.path, aside)
-        self._seen = None
+    def _quarantine(self, path: Path, why: str) -> str:
+        """Move a damaged file aside (kept for a post-mortem); the problem, for the log."""
+        aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+        try:
+            os.replace(path, aside)
+        except OSError as err:
+            return f"cannot read the DRA checkpoint {path} ({why}) nor move it aside: {err.strerror}"
+        return f"cannot read the DRA checkpoint {path} (moved to {aside}): {why}"
 
     def save(self) -> None:
         content = {"nodeBootID": self.boot_id, "preparedClaims": [c.to_json() for c in self.claims.values()]}
         body = json.dumps(content, sort_keys=True, separators=(",", ":"))
         data = {"version": VERSION, "checksum": zlib.crc32(body.encode()), "data": body}
+        encoded = json.dumps(data).encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, json.dumps(data).encode(), mode=0o600)
+        # The file, then its copy. Each is replaced whole (a write cut short leaves the previous one), and
+        # the file is durable; the copy, there for a file damaged from outside (or truncated, or deleted),
+        # skips the fsync: it costs a Prepare as much as the file's, and should a crash also lose the copy,
+        # the file is there, and without either the claims are rebuilt from their specs.
+        write_atomic(self.path, encoded, mode=0o600)
         self._seen = self._signature()
+        write_atomic(self.copy_path, encoded, mode=0o600, durable=False)
 
     def put(self, claim: PreparedClaim) -> None:
         self.claims[claim.uid] = claim
@@ -163,9 +205,11 @@ class Checkpoint:
             self.save()
 
     def holders(self, device: str, except_uid: str) -> Iterator[PreparedClaim]:
-        """Other claims that hold `device` (pool-local name)."""
+        """Other claims that hold `device` (pool-local name) for their own use (not with admin access)."""
         for claim in self.claims.values():
-            if claim.uid != except_uid and any(d.device == device for d in claim.devices):
+            if claim.uid != except_uid and any(
+                d.device == device and not d.admin_access for d in claim.devices
+            ):
                 yield claim
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Container, Sequence
 from pathlib import Path
 from typing import Any
 
 from kubegpu.allocation.cdi import CDI_VERSION, CdiOptions, common_edits
 from kubegpu.allocation.resources import gpu_device, mig_device
-from kubegpu.common.files import write_atomic
+from kubegpu.common.files import FileProblem, read_bytes, write_atomic
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.gpuconfig import Sharing
 from kubegpu.node.driverfiles import join
@@ -26,6 +27,7 @@ from kubegpu.node.inventory import Inventory
 log = logging.getLogger(__name__)
 
 CLAIM_CLASS = "claim"
+_SPEC_LIMIT = 4 * 1024 * 1024  # a claim's spec names a few devices; anything bigger is not ours
 
 
 def vendor(driver_name: str) -> str:
@@ -85,6 +87,34 @@ class ClaimSpecs:
 
     def remove(self, claim_uid: str) -> None:
         self.path(claim_uid).unlink(missing_ok=True)
+
+    def on_disk(self, known: Container[str] = ()) -> dict[str, tuple[str, ...]]:
+        """The claims whose spec is on disk, except the `known` ones, by UID, with the devices each spec
+        names: what was prepared, whatever the checkpoint says. A spec that cannot be read names no devices
+        (and is logged)."""
+        prefix = f"{vendor(self.driver_name)}-{CLAIM_CLASS}_"
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".json"):
+                uid = name[len(prefix) : -len(".json")]
+                if uid not in known:
+                    out[uid] = self._devices_in(uid)
+        return out
+
+    def _devices_in(self, claim_uid: str) -> tuple[str, ...]:
+        path = self.path(claim_uid)
+        try:
+            spec = json.loads(read_bytes(path, limit=_SPEC_LIMIT, what="CDI spec"))
+            names = [str(d["name"]) for d in spec["devices"]]
+        except (FileProblem, ValueError, KeyError, TypeError) as err:
+            log.warning("cannot read the devices of the CDI spec %s: %s", path, err)
+            return ()
+        own = f"{claim_uid}-"
+        return tuple(n.removeprefix(own) for n in names if n.startswith(own))
 
     def _common_edits(self, inventory: Inventory) -> dict[str, Any]:
         if self._common is None:  # the driver files do not change while the driver runs

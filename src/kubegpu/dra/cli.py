@@ -110,5 +110,6 @@ def _settings(given: dict[str, Any]) -> Any:
         plugins_dir=value("kubelet-plugins-directory-path"),
         kubeconfig=str(value("kubeconfig")),
         lock_timeout=float(value("lock-timeout")),
+        api_timeout=float(value("api-timeout")),
         boot_id_file=value("boot-id-file"),
     )

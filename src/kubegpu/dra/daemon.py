@@ -33,8 +33,10 @@ from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
 from kubegpu.dra.devices import DraDevice, device_entries, device_table
-from kubegpu.dra.prepare import LOCK_FILE, NodeLock, Preparer
+from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
+from kubegpu.dra.prepare import Preparer
 from kubegpu.dra.publisher import SlicePublisher
+from kubegpu.dra.rebuild import clean_up, rebuild_forever
 from kubegpu.dra.service import KubeletServers
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
 from kubegpu.node.faults import FaultBook
@@ -65,6 +67,7 @@ class DraSettings:
     kubeconfig: str
     lock_timeout: float
     boot_id_file: Path
+    api_timeout: float = 10.0
 
     @property
     def plugin_dir(self) -> Path:
@@ -127,7 +130,7 @@ class DraDaemon:
             specs = ClaimSpecs(s.cdi_root, s.driver_name, CdiOptions(mig_minors=_mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
-            reader = ClaimReader(self.api_client, s.driver_name)
+            reader = ClaimReader(self.api_client, s.driver_name, s.api_timeout)
             preparer = Preparer(
                 driver_name=s.driver_name,
                 node_name=s.node_name,
@@ -137,6 +140,7 @@ class DraDaemon:
                 lock=NodeLock(s.plugin_dir / LOCK_FILE, s.lock_timeout),
                 devices=self.devices,
             )
+            await preparer.recover()  # the specs the checkpoint does not name hold their devices
             servers = KubeletServers(
                 preparer, driver_name=s.driver_name, registrar_dir=s.registrar_dir, plugins_dir=s.plugins_dir
             )
@@ -159,11 +163,15 @@ class DraDaemon:
                     self._supervised("checkpoint cleanup", lambda: _clean_up_forever(preparer)),
                     name="cleanup",
                 ),
+                asyncio.create_task(
+                    self._supervised("claim rebuild", lambda: rebuild_forever(preparer)), name="rebuild"
+                ),
             ]
             stop = asyncio.create_task(self._stop.wait())
             failed = await _until_stopped_or_failed(stop, tasks)
             log.info("stopping")
             await asyncio.gather(servers.stop(), publisher.stop())
+            preparer.close()
             for task in (*tasks, stop):
                 task.cancel()
             await asyncio.gather(*tasks, stop, return_exceptions=True)
@@ -249,7 +257,7 @@ async def _until_stopped_or_failed(stop: asyncio.Task[Any], tasks: list[asyncio.
 async def _clean_up_forever(preparer: Preparer) -> None:
     while True:
         await asyncio.sleep(CLEANUP_PERIOD_S)
-        await preparer.clean_up()
+        await clean_up(preparer)
 
 
 def _mig_minors() -> dict[str, int]:

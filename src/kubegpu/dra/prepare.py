@@ -1,33 +1,38 @@
 """NodePrepareResources / NodeUnprepareResources as the kubelet expects them, free of gRPC.
 
-- Every claim of a call is answered; a claim that fails carries its own error, the others go on.
+- Every claim of a call is answered; a claim that fails carries its own error (what failed, and that the
+  kubelet retries), the others go on. Nothing a claim or the API server does fails the whole call.
 - Prepare is idempotent: a claim already prepared (this process or an earlier one: the checkpoint) gets the
-  same devices and CDI IDs back without being prepared again. A claim whose last Prepare was cut short is
+  same devices and CDI IDs back without being prepared again, and without asking the API server, so
+  prepared claims are served through an API server outage. A claim whose last Prepare was cut short is
   rolled back first.
-- Unprepare of a claim the driver does not know succeeds; it works from the checkpoint alone, so the claim
-  may already be deleted.
-- Calls are serialized: in the process, and across processes by a file lock in the plugin directory, so an
-  old and a new driver pod never prepare at the same time during a rolling update. The lock waits a bounded
-  time; a call that cannot get it fails every claim with the reason (the kubelet retries).
-- The driver is the last line of defence: a device already prepared for another claim is refused (unless
-  either claim has admin access).
+- Unprepare works from the checkpoint alone (the claim may already be deleted); it succeeds for a claim the
+  driver does not know, and refuses a known UID sent with another namespace or name.
+- Calls are serialized step by step: in the process, and across processes by a file lock in the plugin
+  directory (`node_lock`), so an old and a new driver pod never prepare at the same time during a rolling
+  update. The lock is held to look at and change the checkpoint, never while the API server is asked: the
+  claims of a call are read concurrently, within a time budget, with the lock free, so a call with many
+  slow or unknown claims does not hold up another call.
+- The driver is the last line of defence: a device prepared for another claim is refused unless one of the
+  two has admin access, and so is a device named by a CDI spec on disk that no checkpoint entry accounts
+  for (an orphan: the checkpoint was lost) until the claim is matched with the API server (`rebuild`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
-import fcntl
+import contextlib
 import logging
-import os
-import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
+from kubegpu.common.quoting import plain_id
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
+from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
-from kubegpu.dra.claims import AllocatedClaim, ClaimError, ClaimGone, ClaimReader
+from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.gpuconfig import (
     GPU_CONFIG,
@@ -37,70 +42,28 @@ from kubegpu.dra.gpuconfig import (
     Sharing,
     configs_for_results,
 )
+from kubegpu.dra.node_lock import LockTimeout, NodeLock
 from kubegpu.node.inventory import Inventory
 
 log = logging.getLogger(__name__)
 
-LOCK_FILE = "pu.lock"  # NVIDIA's name, so an old NVIDIA driver pod and kubegpu exclude each other too
+READ_THREADS = 8  # API reads in flight, all calls together (within the client's pool of 5 per CPU)
+READS_PER_CALL = 2  # so that one call with many claims leaves threads for the others
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    namespace: str
-    uid: str
-    name: str
+class DeviceBusy(ClaimError):
+    kind = "busy"
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     devices: tuple[PreparedDevice, ...] = ()
     error: str = ""
+    kind: str = ""  # the class of failure (a Failure kind) when `error` is set
 
 
-class LockTimeout(RuntimeError):
-    pass
-
-
-class NodeLock:
-    """An exclusive flock on <plugin dir>/pu.lock, waited for at most `timeout` seconds.
-
-    The file stays open for the process's life; the lock is taken and dropped per call. Uncontended (the
-    normal case) it is taken at once without leaving the event loop."""
-
-    def __init__(self, path: Path, timeout: float) -> None:
-        self.path = path
-        self.timeout = timeout
-        self._fd: int | None = None
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        return self._fd
-
-    def try_acquire(self) -> bool:
-        try:
-            fcntl.flock(self._open(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except OSError as err:
-            if err.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            return False
-
-    def acquire(self) -> None:
-        """Blocking (call it in a thread): poll until the lock is ours or the timeout passes."""
-        deadline = time.monotonic() + self.timeout
-        while not self.try_acquire():
-            if time.monotonic() >= deadline:
-                raise LockTimeout(
-                    f"timed out after {self.timeout:g} s waiting for {self.path}: another driver process "
-                    "on this node is preparing or unpreparing (a rolling update?); the kubelet retries"
-                )
-            time.sleep(0.02)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+def _failed(failure: Failure) -> Outcome:
+    return Outcome(error=failure.message, kind=failure.kind)
 
 
 class Preparer:
@@ -122,65 +85,161 @@ class Preparer:
         self.reader = reader
         self.lock = lock
         self.devices = devices
+        self.failures = FailureCounts()
+        # Specs on disk that no checkpoint entry names, by claim UID, with the devices each names: claims
+        # prepared before the checkpoint was lost. Their devices stay held until `rebuild` settles them.
+        self.orphans: dict[str, tuple[str, ...]] = {}
+        self.orphans_found = asyncio.Event()
+        self._scanned = False
+        self.settled: Counter[str] = Counter()  # orphans "rebuilt" or "removed" (`rebuild`), for metrics
         self._serial = asyncio.Lock()
+        self._reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="claim-read")
+
+    def close(self) -> None:
+        """Drop the reads not started yet (a read in flight ends within the reader's timeout)."""
+        self._reads.shutdown(wait=False, cancel_futures=True)
+
+    # ---- the node-wide lock, one step at a time -----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def locked(self) -> AsyncIterator[None]:
+        """The node-wide lock, with the checkpoint as the last holder left it: another driver process (a
+        rolling update) may have prepared or unprepared claims since this one last looked. LockTimeout when
+        another process holds it too long."""
+        async with self._serial:
+            if not self.lock.try_acquire():
+                await asyncio.to_thread(self.lock.acquire)
+            try:
+                if self.checkpoint.refresh() or not self._scanned:
+                    self._find_orphans()
+                yield
+            finally:
+                self.lock.release()
+
+    def _find_orphans(self) -> None:
+        self._scanned = True
+        self.orphans = self.specs.on_disk(known=self.checkpoint.claims)
+        if self.orphans:
+            log.warning(
+                "%d CDI spec(s) on disk belong to claims the checkpoint does not name (%s): their devices "
+                "stay held until the API server confirms the claims",
+                len(self.orphans),
+                ", ".join(
+                    f"{uid}: {', '.join(d) or 'no readable devices'}" for uid, d in self.orphans.items()
+                ),
+            )
+            self.orphans_found.set()
+
+    async def recover(self) -> None:
+        """At start-up, before serving: find the orphans (the checkpoint was loaded by the caller). When
+        another driver process holds the lock too long, the first call finds them instead."""
+        try:
+            async with self.locked():
+                pass
+        except LockTimeout as err:
+            log.warning("the claims on disk are looked at on the first call: %s", err)
+
+    # ---- Prepare -----------------------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
-        async with self._serial:
-            try:
-                await self._lock()
-            except LockTimeout as err:
-                return {c.uid: Outcome(error=str(err)) for c in claims}
-            try:
-                return {c.uid: await self._prepare_one(c) for c in claims}
-            finally:
-                self.lock.release()
-
-    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        async with self._serial:
-            try:
-                await self._lock()
-            except LockTimeout as err:
-                return {c.uid: str(err) for c in claims}
-            try:
-                return {c.uid: self._unprepare_one(c) for c in claims}
-            finally:
-                self.lock.release()
-
-    async def _lock(self) -> None:
-        """The node-wide lock, then the checkpoint as the last holder left it: another driver process (a
-        rolling update) may have prepared or unprepared claims since this one last looked."""
-        if not self.lock.try_acquire():
-            await asyncio.to_thread(self.lock.acquire)
-        self.checkpoint.refresh()
-
-    # ---- one claim ---------------------------------------------------------------------------------------
-
-    async def _prepare_one(self, ref: ClaimRef) -> Outcome:
-        known = self.checkpoint.claims.get(ref.uid)
-        if known is not None and known.state == COMPLETED:
-            log.debug("claim %s/%s (%s) is already prepared", ref.namespace, ref.name, ref.uid)
-            return Outcome(known.devices)
-        if known is not None:  # cut short earlier: undo what it may have done, then start over
-            log.info("claim %s/%s (%s): rolling back an unfinished Prepare", ref.namespace, ref.name, ref.uid)
-            self.specs.remove(ref.uid)
-            self.checkpoint.remove(ref.uid)
+        refused = screen(claims)
+        out = {uid: _failed(f) for uid, f in refused.items()}
+        todo = [c for c in claims if c.uid not in refused]
         try:
-            claim = await asyncio.to_thread(self.reader.get, ref.namespace, ref.name, ref.uid)
-            return self._prepare_allocated(claim)
+            if todo:
+                await self._prepare_all(todo, out)
+        except LockTimeout as err:
+            for ref in todo:
+                out.setdefault(ref.uid, Outcome(error=str(err), kind=err.kind))
+        self.failures.report(
+            "NodePrepareResources",
+            len(claims),
+            {uid: Failure(o.kind, o.error) for uid, o in out.items() if o.error},
+        )
+        return out
+
+    async def _prepare_all(self, todo: list[ClaimRef], out: dict[str, Outcome]) -> None:
+        async with self.locked():
+            unread = [ref for ref in todo if not self._answered_from_checkpoint(ref, out)]
+        if not unread:
+            return
+        read = await self._read_all(unread)
+        async with self.locked():
+            for ref in unread:  # another call may have prepared it meanwhile: look again
+                if not self._answered_from_checkpoint(ref, out):
+                    out[ref.uid] = self._prepare_read(ref, read[ref.uid])
+
+    def _answered_from_checkpoint(self, ref: ClaimRef, out: dict[str, Outcome]) -> bool:
+        known = self.checkpoint.claims.get(ref.uid)
+        if known is None:
+            return False
+        if (known.namespace, known.name) != (ref.namespace, ref.name):
+            out[ref.uid] = _failed(_not_this_claim(ref, known, "nothing was prepared"))
+            return True
+        if known.state == COMPLETED:
+            log.debug("%s (%s) is already prepared", ref.describe(), ref.uid)
+            out[ref.uid] = Outcome(known.devices)
+            return True
+        # Cut short earlier (PrepareStarted): undo what it may have done, then start over.
+        log.info("%s (%s): rolling back an unfinished Prepare", ref.describe(), ref.uid)
+        self.specs.remove(ref.uid)
+        self.checkpoint.remove(ref.uid)
+        return False
+
+    async def _read_all(self, refs: list[ClaimRef]) -> dict[str, AllocatedClaim | Failure]:
+        """Each claim from the API server, a few at a time, all within the reader's timeout: a claim not
+        read by then is answered with that, whatever the API server does."""
+        loop = asyncio.get_running_loop()
+        gate = asyncio.Semaphore(READS_PER_CALL)
+
+        async def read(ref: ClaimRef) -> AllocatedClaim:
+            async with gate:
+                return await loop.run_in_executor(
+                    self._reads, self.reader.get, ref.namespace, ref.name, ref.uid
+                )
+
+        tasks = {ref.uid: asyncio.ensure_future(read(ref)) for ref in refs}
+        _, pending = await asyncio.wait(tasks.values(), timeout=self.reader.timeout)
+        for task in pending:
+            task.cancel()
+        out: dict[str, AllocatedClaim | Failure] = {}
+        for ref in refs:
+            task = tasks[ref.uid]
+            if task in pending:
+                out[ref.uid] = Failure(
+                    "api",
+                    f"cannot read {ref.describe()}: the API server did not answer within "
+                    f"{self.reader.timeout:g} s; {RETRY}",
+                )
+            elif isinstance(task.exception(), ClaimError):
+                err = task.exception()
+                assert isinstance(err, ClaimError)
+                out[ref.uid] = Failure(err.kind, str(err))
+            else:
+                out[ref.uid] = task.result()  # anything else is a bug: it fails the call with its traceback
+        return out
+
+    def _prepare_read(self, ref: ClaimRef, read: AllocatedClaim | Failure) -> Outcome:
+        if isinstance(read, Failure):
+            return _failed(read)
+        try:
+            return self._prepare_allocated(read)
         except (ClaimError, ConfigError) as err:
-            log.warning("cannot prepare claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, err)
-            return Outcome(error=str(err))
+            return Outcome(error=str(err), kind=getattr(err, "kind", "config"))
         except OSError as err:  # the CDI root or the checkpoint cannot be written
             self.specs.remove(ref.uid)
             self.checkpoint.remove(ref.uid)
-            message = (
-                f"claim {ref.namespace}/{ref.name}: cannot write {err.filename or 'a file'}: {err.strerror}"
-            )
+            message = f"{ref.describe()}: cannot write {err.filename or 'a file'}: {err.strerror}"
             log.error("%s", message)
-            return Outcome(error=message)
+            return Outcome(error=message, kind="io")
+
+    def prepare_allocated(self, claim: AllocatedClaim) -> Outcome:
+        """Prepare a claim read from the API server; under `locked()`. ClaimError, ConfigError or OSError
+        when it cannot be."""
+        return self._prepare_allocated(claim)
 
     def _prepare_allocated(self, claim: AllocatedClaim) -> Outcome:
-        what = f"claim {claim.namespace}/{claim.name}"
+        what = f"claim {plain_id(claim.namespace)}/{plain_id(claim.name)}"
         inventory, table = self.devices()
         picked: list[DraDevice] = []
         for result in claim.results:
@@ -196,11 +255,7 @@ class Preparer:
                     f"{', '.join(table) or 'no devices'})"
                 )
             if not result.admin_access:
-                for other in self.checkpoint.holders(result.device, claim.uid):
-                    raise ClaimError(
-                        f"{what}: device {result.device} is already prepared for claim "
-                        f"{other.namespace}/{other.name} ({other.uid})"
-                    )
+                self._check_free(what, claim.uid, result.device)
             picked.append(device)
         sharing = self._sharing(claim, picked)
         prepared = tuple(
@@ -209,6 +264,7 @@ class Preparer:
                 result.pool,
                 result.device,
                 (cdi_id(self.driver_name, claim.uid, result.device),),
+                result.admin_access,
             )
             for result in claim.results
         )
@@ -220,6 +276,7 @@ class Preparer:
         self.checkpoint.put(
             PreparedClaim(claim.uid, claim.namespace, claim.name, COMPLETED, prepared, summary)
         )
+        self.orphans.pop(claim.uid, None)
         log.info(
             "prepared %s (%s): %s",
             what,
@@ -229,6 +286,22 @@ class Preparer:
         for name, config in summary.items():
             log.info("%s: device %s shared by %s", what, name, config)
         return Outcome(prepared)
+
+    def _check_free(self, what: str, uid: str, device: str) -> None:
+        """DeviceBusy when another claim holds `device`: prepared for it (checkpoint), or named by its
+        CDI spec while the checkpoint that recorded it is lost (an orphan)."""
+        for other in self.checkpoint.holders(device, uid):
+            raise DeviceBusy(
+                f"{what}: device {device} is already prepared for claim {other.namespace}/{other.name} "
+                f"({other.uid})"
+            )
+        for other_uid, held in self.orphans.items():
+            if other_uid != uid and device in held:
+                raise DeviceBusy(
+                    f"{what}: device {device} may be in use by claim {other_uid}: its CDI spec is on disk "
+                    f"but the checkpoint entry is lost and the API server has not yet confirmed the claim; "
+                    f"{RETRY}"
+                )
 
     def _sharing(self, claim: AllocatedClaim, picked: list[DraDevice]) -> dict[str, Sharing | None]:
         """The sharing config of each picked device (by device name); ConfigError for a config that does
@@ -250,50 +323,60 @@ class Preparer:
             out[device.name] = config.sharing
         return out
 
-    async def clean_up(self) -> list[str]:
-        """Unprepare the checkpointed claims whose ResourceClaim is gone (deleted, or replaced under the same
-        name) while nobody told this driver, e.g. while it was down and the kubelet's state was wiped, as
-        NVIDIA's checkpoint cleanup does. A claim that cannot be read for another reason is kept. Returns the
-        UIDs cleaned up."""
-        async with self._serial:
-            try:
-                await self._lock()
-            except LockTimeout as err:
-                log.info("checkpoint cleanup skipped: %s", err)
-                return []
-            try:
-                known = list(self.checkpoint.claims.values())
-            finally:
-                self.lock.release()
-        gone = []
-        for claim in known:
-            try:
-                await asyncio.to_thread(self.reader.get, claim.namespace, claim.name, claim.uid)
-            except ClaimGone as err:
-                gone.append(claim)
-                log.info("claim %s (%s) is gone (%s): unpreparing it", claim.name, claim.uid, err)
-            except ClaimError:
-                continue  # not allocated any more, API errors: the kubelet decides, not us
-        if not gone:
-            return []
-        errors = await self.unprepare([ClaimRef(c.namespace, c.uid, c.name) for c in gone])
-        return [uid for uid, error in errors.items() if not error]
+    # ---- Unprepare ---------------------------------------------------------------------------------------
 
-    def _unprepare_one(self, ref: ClaimRef) -> str:
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        refused = screen(claims)
+        failures = dict(refused)
+        todo = [c for c in claims if c.uid not in refused]
+        try:
+            if todo:
+                async with self.locked():
+                    for ref in todo:
+                        failure = self._unprepare_one(ref)
+                        if failure is not None:
+                            failures[ref.uid] = failure
+        except LockTimeout as err:
+            for ref in todo:
+                failures.setdefault(ref.uid, Failure(err.kind, str(err)))
+        self.failures.report("NodeUnprepareResources", len(claims), failures)
+        return {c.uid: failures[c.uid].message if c.uid in failures else "" for c in claims}
+
+    def _unprepare_one(self, ref: ClaimRef) -> Failure | None:
         known = self.checkpoint.claims.get(ref.uid)
-        if known is None:
-            log.debug(
-                "unprepare of unknown claim %s/%s (%s): nothing to do", ref.namespace, ref.name, ref.uid
-            )
-            return ""
+        if known is not None and (known.namespace, known.name) != (ref.namespace, ref.name):
+            return _not_this_claim(ref, known, "nothing was unprepared")
+        orphan = ref.uid in self.orphans
+        if known is None and not orphan:
+            log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
+            return None
         try:
             self.specs.remove(ref.uid)
             self.checkpoint.remove(ref.uid)
         except OSError as err:
-            message = (
-                f"claim {ref.namespace}/{ref.name}: cannot remove {err.filename or 'a file'}: {err.strerror}"
-            )
+            message = f"{ref.describe()}: cannot remove {err.filename or 'a file'}: {err.strerror}"
             log.error("%s", message)
-            return message
-        log.info("unprepared claim %s/%s (%s)", ref.namespace, ref.name, ref.uid)
-        return ""
+            return Failure("io", message)
+        self.orphans.pop(ref.uid, None)
+        log.info(
+            "unprepared %s (%s)%s",
+            ref.describe(),
+            ref.uid,
+            " (known from its CDI spec only)" if orphan else "",
+        )
+        return None
+
+    def forget_orphan(self, uid: str, why: str) -> None:
+        """Remove an orphan's spec: the API server says its claim is not (any more) prepared here."""
+        self.specs.remove(uid)
+        self.orphans.pop(uid, None)
+        self.settled["removed"] += 1
+        log.info("removed the CDI spec of claim %s, prepared before the checkpoint was lost: %s", uid, why)
+
+
+def _not_this_claim(ref: ClaimRef, known: PreparedClaim, outcome: str) -> Failure:
+    return Failure(
+        "mismatch",
+        f"{ref.describe()}: UID {plain_id(ref.uid)} belongs to claim {known.namespace}/{known.name} on this "
+        f"node, not to this one; {outcome}",
+    )

@@ -10,25 +10,44 @@
 As the kubelet plugin helper does: the DRA socket is served before the registration socket appears (the
 kubelet dials the endpoint as soon as it registers), stale sockets are removed before listening, and a clean
 stop removes both.
+
+Every service is added through `add_service` (`api.lenient`): a body that does not decode is answered
+INVALID_ARGUMENT with one warning a minute, never an ERROR and a traceback per body. Every claim of a call
+gets an answer: a bug while handling a call fails each of its claims with the reason (logged once with its
+traceback), not the call.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import grpc
 
+from kubegpu.api import lenient
 from kubegpu.api.dra.v1 import api_pb2 as dra_v1
 from kubegpu.api.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubegpu.api.dra.v1beta1 import api_pb2 as dra_v1beta1
-from kubegpu.api.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
 from kubegpu.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from kubegpu.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from kubegpu.dra.prepare import ClaimRef, Preparer
+from kubegpu.common.log_throttle import LogThrottle
+from kubegpu.dra.claim_calls import ClaimRef, too_many
+from kubegpu.dra.claims import RETRY
+from kubegpu.dra.prepare import Outcome, Preparer
 
 log = logging.getLogger(__name__)
+# Whoever reaches a socket decides how often these happen: one line a minute, the rest counted.
+UNDECODABLE = LogThrottle(log, interval_s=60.0, burst=1)
+TOO_MANY = LogThrottle(log, interval_s=60.0, burst=1)
+
+
+def _internal_error(rpc: str, refs: Sequence[ClaimRef]) -> str:
+    log.exception("%s failed for %d claim(s); each is answered with the error", rpc, len(refs))
+    return f"internal error in the DRA driver while handling this call (logged); {RETRY}"
+
 
 PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
@@ -41,9 +60,26 @@ class _DraService(dra_v1_grpc.DRAPluginServicer):
         self.preparer = preparer
         self.pb = pb
 
+    def _too_many(self, rpc: str, request: Any, context: grpc.aio.ServicerContext) -> bool:
+        """Refuse a call over the claim limit whole (see claim_calls); True when refused."""
+        message = too_many(len(request.claims))
+        if message is None:
+            return False
+        self.preparer.failures.counts["too-many"] += len(request.claims)
+        TOO_MANY.warning(rpc, "refusing %s: %s", rpc, message)
+        context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+        context.set_details(message)
+        return True
+
     async def NodePrepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if self._too_many("NodePrepareResources", request, context):
+            return self.pb.NodePrepareResourcesResponse()
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
-        outcomes = await self.preparer.prepare(refs)
+        try:
+            outcomes = await self.preparer.prepare(refs)
+        except Exception:
+            error = _internal_error("NodePrepareResources", refs)
+            outcomes = {ref.uid: Outcome(error=error, kind="internal") for ref in refs}
         response = self.pb.NodePrepareResourcesResponse()
         for ref in refs:
             outcome = outcomes[ref.uid]
@@ -63,8 +99,14 @@ class _DraService(dra_v1_grpc.DRAPluginServicer):
         return response
 
     async def NodeUnprepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if self._too_many("NodeUnprepareResources", request, context):
+            return self.pb.NodeUnprepareResourcesResponse()
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
-        errors = await self.preparer.unprepare(refs)
+        try:
+            errors = await self.preparer.unprepare(refs)
+        except Exception:
+            error = _internal_error("NodeUnprepareResources", refs)
+            errors = {ref.uid: error for ref in refs}
         response = self.pb.NodeUnprepareResourcesResponse()
         for ref in refs:
             answer = response.claims[ref.uid]
@@ -113,18 +155,28 @@ class KubeletServers:
         self.registration = _Registration(driver_name, self.dra_socket)
         self._dra: grpc.aio.Server | None = None
         self._reg: grpc.aio.Server | None = None
+        self.undecodable_bodies = 0  # refused since the start, on every socket (for a metrics endpoint)
 
     async def start(self) -> None:
         self._dra = await self._serve(self.dra_socket, self._add_dra)
         self._reg = await self._serve(self.reg_socket, self._add_registration)
         log.info("serving DRA on %s, registration on %s", self.dra_socket, self.reg_socket)
 
+    def add_service(self, server: grpc.aio.Server, messages: ModuleType, service: str, servicer: Any) -> None:
+        """Serve `servicer` as `service` of `messages` (an api_pb2 module) on `server`: every service of
+        the driver goes through here, so an undecodable body is refused the same way on every socket."""
+        lenient.add_service(server, messages, service, servicer, self._refused)
+
+    def _refused(self, method: str, request: lenient.Undecodable) -> None:
+        self.undecodable_bodies += 1
+        UNDECODABLE.warning("undecodable", "refusing %s: %s", method, request.describe())
+
     def _add_dra(self, server: grpc.aio.Server) -> None:
-        dra_v1_grpc.add_DRAPluginServicer_to_server(_DraService(self.preparer, dra_v1), server)
-        dra_v1beta1_grpc.add_DRAPluginServicer_to_server(_DraService(self.preparer, dra_v1beta1), server)  # type: ignore[arg-type]
+        self.add_service(server, dra_v1, "DRAPlugin", _DraService(self.preparer, dra_v1))
+        self.add_service(server, dra_v1beta1, "DRAPlugin", _DraService(self.preparer, dra_v1beta1))
 
     def _add_registration(self, server: grpc.aio.Server) -> None:
-        reg_grpc.add_RegistrationServicer_to_server(self.registration, server)
+        self.add_service(server, reg_pb2, "Registration", self.registration)
 
     async def _serve(self, socket: Path, add: Any) -> grpc.aio.Server:
         _clear(socket)

@@ -396,6 +396,10 @@ SETTINGS: tuple[Setting, ...] = (
              "Seconds Prepare/Unprepare wait for the node-wide lock another driver process holds (a "
              "rolling update) before failing the call; the kubelet retries.",
              (DRA,), positive=True, flag=False),
+    _seconds("api-timeout", "KUBEGPU_DRA_API_TIMEOUT_SECONDS", 10.0,
+             "Seconds one Prepare call waits for the API server to return its claims; a claim not read by "
+             "then fails with that reason and the kubelet retries.",
+             (DRA,), positive=True, flag=False),
     Setting("boot-id-file", ("KUBEGPU_DRA_BOOT_ID_FILE",), Path("/proc/sys/kernel/random/boot_id"), "path",
             "Where the node's boot ID is read (the checkpoint forgets claims prepared before a reboot).",
             "kubegpu", (DRA,), flag=False, hidden=True),

@@ -1,0 +1,113 @@
+"""The driver's claims settled against the API server: claims prepared before the checkpoint was lost,
+rebuilt from what still exists, and checkpointed claims whose ResourceClaim is gone, cleaned up.
+
+When neither copy of the checkpoint can be read (or a spec outlived its entry), the per-claim CDI specs on
+disk still say which claims were prepared and which devices each holds: the Preparer keeps those as
+orphans, whose devices no other claim gets. This module settles them against the API server, which says
+which ResourceClaims are allocated on this node for this driver:
+
+- allocated and reserved: prepared again from its allocation (same devices, same CDI IDs, the spec
+  rewritten as it was) and checkpointed as PrepareCompleted, so Unprepare and Prepare work as before;
+- not there, or no longer allocated or reserved for a pod: its spec is removed (no pod can use it).
+
+Until the API server answers, the orphans stay (retried with a capped back-off), and an Unprepare of one
+removes its spec by UID.
+
+`clean_up` unprepares the checkpointed claims whose ResourceClaim is gone while nobody told the driver, as
+NVIDIA's checkpoint cleanup does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kubegpu.common.backoff import Backoff
+from kubegpu.common.log_throttle import LogThrottle
+from kubegpu.dra.claim_calls import ClaimRef
+from kubegpu.dra.claims import ApiUnavailable, ClaimError, ClaimGone
+from kubegpu.dra.gpuconfig import ConfigError
+from kubegpu.dra.node_lock import LockTimeout
+from kubegpu.dra.prepare import Preparer
+
+log = logging.getLogger(__name__)
+WAITING = LogThrottle(log, interval_s=60.0, burst=1)  # an outage retries every few seconds
+
+
+async def rebuild(preparer: Preparer) -> int:
+    """Settle the orphans once; the number settled. ApiUnavailable when the API server cannot be asked."""
+    if not preparer.orphans:
+        return 0
+    listed = await asyncio.to_thread(preparer.reader.on_node, preparer.node_name)
+    settled = 0
+    async with preparer.locked():
+        for uid in list(preparer.orphans):
+            obj = listed.get(uid)
+            if obj is None:
+                preparer.forget_orphan(
+                    uid, "the API server has no claim with this UID allocated on this node"
+                )
+                settled += 1
+                continue
+            meta = obj.get("metadata") or {}
+            try:
+                claim = preparer.reader.check(obj, str(meta.get("namespace")), str(meta.get("name")), uid)
+            except ClaimError as err:
+                preparer.forget_orphan(uid, str(err))
+                settled += 1
+                continue
+            try:
+                preparer.prepare_allocated(claim)
+            except (ClaimError, ConfigError, OSError) as err:
+                log.error("cannot rebuild claim %s/%s (%s) from the API server: %s", claim.namespace,
+                          claim.name, uid, err)  # fmt: skip
+                continue
+            log.info("rebuilt claim %s/%s (%s) from its CDI spec and the API server", claim.namespace,
+                     claim.name, uid)  # fmt: skip
+            preparer.settled["rebuilt"] += 1
+            settled += 1
+    return settled
+
+
+async def rebuild_forever(preparer: Preparer) -> None:
+    """Whenever orphans are found, settle them, retrying while the API server does not answer."""
+    backoff = Backoff(initial=0.5, maximum=5.0)
+    while True:
+        await preparer.orphans_found.wait()
+        preparer.orphans_found.clear()
+        while preparer.orphans:
+            try:
+                await rebuild(preparer)
+            except (ApiUnavailable, LockTimeout) as err:
+                WAITING.log(
+                    logging.INFO, "waiting", "claims prepared before the checkpoint was lost are not rebuilt "
+                    "yet: %s", err
+                )  # fmt: skip
+            if preparer.orphans:  # the API server did not answer, or a claim could not be prepared again
+                await asyncio.sleep(backoff.next_delay())
+        backoff.reset()
+
+
+async def clean_up(preparer: Preparer) -> list[str]:
+    """Unprepare the checkpointed claims whose ResourceClaim is gone (deleted, or replaced under the same
+    name) while nobody told this driver, e.g. while it was down and the kubelet's state was wiped. A claim
+    that cannot be read for another reason is kept. Returns the UIDs cleaned up."""
+    try:
+        async with preparer.locked():
+            known = list(preparer.checkpoint.claims.values())
+    except LockTimeout as err:
+        log.info("checkpoint cleanup skipped: %s", err)
+        return []
+    gone = []
+    for claim in known:
+        try:
+            await asyncio.to_thread(preparer.reader.get, claim.namespace, claim.name, claim.uid)
+        except ClaimGone as err:
+            gone.append(claim)
+            log.info("claim %s (%s) is gone (%s): unpreparing it", claim.name, claim.uid, err)
+        except ClaimError:
+            continue  # not allocated any more, API errors: the kubelet decides, not us
+    if not gone:
+        return []
+    errors = await preparer.unprepare([ClaimRef(c.namespace, c.uid, c.name) for c in gone])
+    return [uid for uid, error in errors.items() if not error]
