@@ -58,12 +58,17 @@ else
     [ -n "$build_base" ] || exit 1
 fi
 
+revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+source="$(git remote get-url origin 2>/dev/null | sed 's#//[^/@]*@#//#' || echo unknown)"
 args=(
     --build-arg "BUILD_BASE=$build_base"
     --build-arg "RUNTIME_BASE=$runtime_base"
-    --build-arg "VERSION=$version"
-    --build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-    --build-arg "SOURCE=$(git remote get-url origin 2>/dev/null | sed 's#//[^/@]*@#//#' || echo unknown)"
+    --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "SOURCE=$source"
+    # Again as --label: buildah 1.28 reuses a cached LABEL step whose build-arg changed (a new commit
+    # would keep the old revision); --label is applied to the final image every time.
+    --label "org.opencontainers.image.version=$version"
+    --label "org.opencontainers.image.revision=$revision"
+    --label "org.opencontainers.image.source=$source"
     -t "$image" -f Dockerfile
 )
 ca="${PIP_CA:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}"

@@ -3,7 +3,8 @@ buildah storage as a node would import it, and run kubegpu in it for real:
 
 1. the image's config (user 65532, the version and revision labels) and files (at most 350 MB, no shell,
    package manager, pip or compiler);
-2. `kubegpu --version` as the image's default user, and every shared object in the venv loads;
+2. `kubegpu --version` as the image's default user, every shared object in the venv loads, and every
+   command the manifests run (`kubegpu plugin`, `python -m kubegpu.mps run`, ...) answers --help;
 3. `kubegpu plugin` as uid 0 on a read-only root filesystem with the fake NVML's 8-GPU profile and the
    device-plugin directory mounted, against `kubegpu kubelet-sim` outside the container (this repository's
    venv): the simulated kubelet must see capacity 8 / allocatable 8, and the plugin must stop cleanly;
@@ -231,6 +232,28 @@ def check_version(container: Container) -> None:
     step(f"`kubegpu --version` as the default user (65532): {ran.stdout.strip()}")
 
 
+def manifest_commands() -> list[list[str]]:
+    """Every container command of the static manifests' DaemonSets (the chart renders the same)."""
+    import yaml
+
+    commands = set()
+    for path in sorted((ROOT / "deployments/static").glob("*.yml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "DaemonSet":
+                spec = doc["spec"]["template"]["spec"]
+                commands |= {tuple(c["command"]) for c in spec.get("initContainers", []) + spec["containers"]}
+    return [list(c) for c in sorted(commands)]
+
+
+def check_manifest_commands(container: Container) -> None:
+    commands = manifest_commands()
+    for command in commands:
+        ran = container.run([*command, "--help"])
+        assert ran.returncode == 0 and "Usage:" in ran.stdout, (command, ran.stdout, ran.stderr)
+    names = ", ".join(" ".join(command) for command in commands)
+    step(f"the {len(commands)} commands the manifests run answer --help: {names}")
+
+
 # Loads every shared object in the venv (extension modules and the libraries wheels bundle): each of
 # their NEEDED libraries must be in the image. Prints what fails to load.
 LOAD_EVERY_LIBRARY = """
@@ -375,6 +398,7 @@ def main() -> int:
         check_files(container)
         check_version(container)
         check_libraries(container)
+        check_manifest_commands(container)
         check_plugin_and_doctor(container, tmp)
         asyncio.run(check_dra(container))
     finally:
