@@ -33,6 +33,7 @@ from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
 from kubegpu.dra.devices import DraDevice, device_entries, device_table
+from kubegpu.dra.health_stream import DraHealthService, HealthBroadcast, health_reports
 from kubegpu.dra.prepare import LOCK_FILE, NodeLock, Preparer
 from kubegpu.dra.publisher import SlicePublisher
 from kubegpu.dra.service import KubeletServers
@@ -88,6 +89,11 @@ class DraDaemon:
         self.published: list[dict[str, Any]] | None = None
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
+        self.health_stream = HealthBroadcast()
+
+    @property
+    def _monitored(self) -> bool:
+        return self.health.classifier.policy.checks_enabled
 
     # ---- what is served ----------------------------------------------------------------------------------
 
@@ -97,6 +103,19 @@ class DraDaemon:
     def devices(self) -> tuple[Inventory, dict[str, DraDevice]]:
         inventory = self.served()
         return inventory, device_table(inventory, self.settings.selection)
+
+    def report_health(self) -> None:
+        """Hand the served devices' health to the kubelet's health streams (unchanged: nothing is sent)."""
+        s = self.settings
+        self.health_stream.update(
+            health_reports(
+                self.served(),
+                s.selection,
+                pool=s.node_name,
+                driver_name=s.driver_name,
+                monitored=self._monitored,
+            )
+        )
 
     def entries(self) -> list[dict[str, Any]]:
         return device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
@@ -137,8 +156,13 @@ class DraDaemon:
                 lock=NodeLock(s.plugin_dir / LOCK_FILE, s.lock_timeout),
                 devices=self.devices,
             )
+            self.report_health()
             servers = KubeletServers(
-                preparer, driver_name=s.driver_name, registrar_dir=s.registrar_dir, plugins_dir=s.plugins_dir
+                preparer,
+                driver_name=s.driver_name,
+                registrar_dir=s.registrar_dir,
+                plugins_dir=s.plugins_dir,
+                health=DraHealthService(self.health_stream),
             )
             self._install_signals()
             await servers.start()
@@ -192,6 +216,7 @@ class DraDaemon:
         """Re-publish on every health change (a restarted task first catches up)."""
         while True:
             self._changed.clear()
+            self.report_health()
             self._publish(publisher)
             await self._changed.wait()
 
@@ -200,6 +225,7 @@ class DraDaemon:
             log.info(
                 "health checks disabled by DP_DISABLE_HEALTHCHECKS; devices are published without taints"
             )
+            self.health_stream.set_alive(True)  # the reports say so: "device health is not monitored"
             return
         loop = asyncio.get_running_loop()
 
@@ -211,9 +237,11 @@ class DraDaemon:
         monitor = HealthMonitor(self.nvml.nvml, self.base, self.health, emit, faults=self.faults)
         try:
             await asyncio.to_thread(monitor.start)
+            self.health_stream.set_alive(True)  # armed: no XID after this is missed
             await asyncio.wrap_future(monitor.finished)
             raise RuntimeError("the NVML health thread ended without being stopped")
         finally:
+            self.health_stream.set_alive(False)
             await asyncio.to_thread(monitor.stop)
 
     async def _supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:

@@ -24,8 +24,10 @@ from kubegpu.api.dra.v1 import api_pb2 as dra_v1
 from kubegpu.api.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubegpu.api.dra.v1beta1 import api_pb2 as dra_v1beta1
 from kubegpu.api.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from kubegpu.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from kubegpu.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from kubegpu.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from kubegpu.dra.health_stream import HEALTH_SERVICE
 from kubegpu.dra.prepare import ClaimRef, Preparer
 
 log = logging.getLogger(__name__)
@@ -75,12 +77,14 @@ class _DraService(dra_v1_grpc.DRAPluginServicer):
 
 
 class _Registration(reg_grpc.RegistrationServicer):
-    def __init__(self, driver_name: str, endpoint: Path) -> None:
+    def __init__(
+        self, driver_name: str, endpoint: Path, versions: tuple[str, ...] = SUPPORTED_VERSIONS
+    ) -> None:
         self.info = reg_pb2.PluginInfo(
             type=PLUGIN_TYPE,
             name=driver_name,
             endpoint=str(endpoint),
-            supported_versions=list(SUPPORTED_VERSIONS),
+            supported_versions=list(versions),
         )
         self.registered = False
 
@@ -104,13 +108,22 @@ class _Registration(reg_grpc.RegistrationServicer):
 
 class KubeletServers:
     def __init__(
-        self, preparer: Preparer, *, driver_name: str, registrar_dir: Path, plugins_dir: Path
+        self,
+        preparer: Preparer,
+        *,
+        driver_name: str,
+        registrar_dir: Path,
+        plugins_dir: Path,
+        health: health_grpc.DRAResourceHealthServicer | None = None,
     ) -> None:
         self.preparer = preparer
         self.driver_name = driver_name
+        self.health = health
         self.dra_socket = plugins_dir / driver_name / "dra.sock"
         self.reg_socket = registrar_dir / f"{driver_name}-reg.sock"
-        self.registration = _Registration(driver_name, self.dra_socket)
+        # The health service is advertised after the DRA services, as the kubelet plugin helper does.
+        versions = SUPPORTED_VERSIONS + ((HEALTH_SERVICE,) if health is not None else ())
+        self.registration = _Registration(driver_name, self.dra_socket, versions)
         self._dra: grpc.aio.Server | None = None
         self._reg: grpc.aio.Server | None = None
 
@@ -122,6 +135,8 @@ class KubeletServers:
     def _add_dra(self, server: grpc.aio.Server) -> None:
         dra_v1_grpc.add_DRAPluginServicer_to_server(_DraService(self.preparer, dra_v1), server)
         dra_v1beta1_grpc.add_DRAPluginServicer_to_server(_DraService(self.preparer, dra_v1beta1), server)  # type: ignore[arg-type]
+        if self.health is not None:
+            health_grpc.add_DRAResourceHealthServicer_to_server(self.health, server)
 
     def _add_registration(self, server: grpc.aio.Server) -> None:
         reg_grpc.add_RegistrationServicer_to_server(self.registration, server)
