@@ -131,6 +131,7 @@ def main() -> int:
         "cli_help": ["--runs", "15"],
         "dra_bench": ["--rounds", "10", "--batch", "100"],
         "dra_explain_bench": ["--nodes", "1000"],
+        "dra_health_latency": ["--injections", "21"],
     }
     rows: list[Row] = []
     failed = False
