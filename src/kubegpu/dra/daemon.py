@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import signal
@@ -33,7 +34,10 @@ from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
 from kubegpu.dra.devices import DraDevice, device_entries, device_table
-from kubegpu.dra.health_stream import DraHealthService, HealthBroadcast, health_reports
+from kubegpu.dra.events import DriverEvents, NoMetrics
+from kubegpu.dra.health_stream import HEALTH_NAMES, DraHealthService, HealthBroadcast, health_reports
+from kubegpu.dra.metered import MeteredPreparer
+from kubegpu.dra.metrics_server import MetricsServer
 from kubegpu.dra.prepare import LOCK_FILE, NodeLock, Preparer
 from kubegpu.dra.publisher import SlicePublisher
 from kubegpu.dra.service import KubeletServers
@@ -66,6 +70,8 @@ class DraSettings:
     kubeconfig: str
     lock_timeout: float
     boot_id_file: Path
+    http_endpoint: str = ""  # NVIDIA's --http-endpoint: empty serves no metrics
+    metrics_path: str = "/metrics"
 
     @property
     def plugin_dir(self) -> Path:
@@ -90,6 +96,7 @@ class DraDaemon:
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
         self.health_stream = HealthBroadcast()
+        self.events: DriverEvents = NoMetrics()
 
     @property
     def _monitored(self) -> bool:
@@ -107,15 +114,11 @@ class DraDaemon:
     def report_health(self) -> None:
         """Hand the served devices' health to the kubelet's health streams (unchanged: nothing is sent)."""
         s = self.settings
-        self.health_stream.update(
-            health_reports(
-                self.served(),
-                s.selection,
-                pool=s.node_name,
-                driver_name=s.driver_name,
-                monitored=self._monitored,
-            )
+        reports = health_reports(
+            self.served(), s.selection, pool=s.node_name, driver_name=s.driver_name, monitored=self._monitored
         )
+        if self.health_stream.update(reports):
+            self.events.devices(collections.Counter(HEALTH_NAMES[r.health] for r in reports))
 
     def entries(self) -> list[dict[str, Any]]:
         return device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
@@ -141,13 +144,15 @@ class DraDaemon:
                 ", ".join(table),
             )
 
+            metrics = self._serve_metrics()
             checkpoint = Checkpoint(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
             checkpoint.load()
             specs = ClaimSpecs(s.cdi_root, s.driver_name, CdiOptions(mig_minors=_mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
             reader = ClaimReader(self.api_client, s.driver_name)
-            preparer = Preparer(
+            preparer = MeteredPreparer(
+                self.events,
                 driver_name=s.driver_name,
                 node_name=s.node_name,
                 checkpoint=checkpoint,
@@ -188,11 +193,32 @@ class DraDaemon:
             failed = await _until_stopped_or_failed(stop, tasks)
             log.info("stopping")
             await asyncio.gather(servers.stop(), publisher.stop())
+            if metrics is not None:
+                await asyncio.to_thread(metrics.stop)
             for task in (*tasks, stop):
                 task.cancel()
             await asyncio.gather(*tasks, stop, return_exceptions=True)
             log.info("stopped")
             return 1 if failed else 0
+
+    def _serve_metrics(self) -> MetricsServer | None:
+        """With --http-endpoint: the metrics (prometheus-client is imported only now) and their server."""
+        s = self.settings
+        if not s.http_endpoint:
+            return None
+        from kubegpu.dra.metrics import DriverMetrics
+
+        metrics = DriverMetrics(open_streams=lambda: self.health_stream.open_streams)
+        try:
+            server = MetricsServer(metrics.registry, s.http_endpoint, s.metrics_path)
+        except OSError as err:
+            raise StartupError(
+                f"cannot serve metrics on {s.http_endpoint}: {err.strerror or err}; set --http-endpoint "
+                "(HTTP_ENDPOINT) to a free [host]:port, or leave it empty to serve none"
+            ) from None
+        self.events = metrics
+        server.start()
+        return server
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()

@@ -45,6 +45,8 @@ HEALTHY = health_pb2.HEALTHY
 UNHEALTHY = health_pb2.UNHEALTHY
 UNKNOWN = health_pb2.UNKNOWN
 
+HEALTH_NAMES: dict[int, str] = {HEALTHY: "Healthy", UNHEALTHY: "Unhealthy", UNKNOWN: "Unknown"}  # as pods say
+
 NOT_MONITORED = "device health is not monitored"
 GPU_LOST = "GPU is lost"
 
