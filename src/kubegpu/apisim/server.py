@@ -6,24 +6,23 @@
     config = kubernetes.client.Configuration(host=api.url)      # or api.write_kubeconfig(path)
     kubernetes.client.ResourceV1Api(kubernetes.client.ApiClient(config)).list_resource_slice(...)
 
-It serves core Nodes and Pods (with /status, where the kubelet writes device health; pods are stored as given:
-no validation, defaulting or graceful deletion), resource.k8s.io ResourceSlices, ResourceClaims (with
-/status), ResourceClaimTemplates and DeviceClasses in every configured version (stored once, converted per
-request: convert.py), and NFD's NodeFeature custom resource. Verbs: GET, LIST (labelSelector; fieldSelector on
-metadata.name and each kind's own labels), WATCH (from a resourceVersion, synthetic ADDED events without one,
-BOOKMARKs, 410 Gone on compacted history, DELETED/ADDED when an object leaves/enters a selector), CREATE
-(generateName, 409 AlreadyExists), UPDATE (409 Conflict on a stale resourceVersion), PATCH (merge and
-strategic merge), DELETE (finalizers, preconditions, owner-reference garbage collection) and DELETE on a
-collection (how the kubelet wipes a node's slices); `dryRun=All` on writes; discovery; the validation in
-validation.py; errors as `Status` bodies with the real texts (errors.py).
+It serves core Nodes and Pods (with /status), resource.k8s.io ResourceSlices, ResourceClaims (with /status),
+ResourceClaimTemplates and DeviceClasses in every configured version (stored once, converted per request:
+convert.py), and NFD's NodeFeature custom resource. Verbs: GET, LIST (labelSelector; fieldSelector on
+metadata.name and each kind's own labels), WATCH (from a resourceVersion, synthetic ADDED events without
+one, BOOKMARKs, 410 Gone on compacted history, DELETED/ADDED when an object leaves/enters a selector),
+CREATE (generateName, 409 AlreadyExists), UPDATE (409 Conflict on a stale resourceVersion), PATCH (merge
+and strategic merge), DELETE (finalizers, preconditions, owner-reference garbage collection) and
+DELETE on a collection (how the kubelet wipes a node's slices); `dryRun=All` on writes; discovery; the
+validation in validation.py; errors as `Status` bodies with the real texts (errors.py).
 
-Not modelled: authentication and authorization (any token is accepted), namespaces as objects (any namespace
-exists), admission (no ValidatingAdmissionPolicy, no ResourceQuota), JSON patch and server-side apply (415),
-pagination (`limit` is ignored, which the real server may also do), protobuf and CBOR, aggregated discovery,
-managedFields, the resourceclaim and garbage-collector controllers' delays (the collector runs synchronously
-at the owner's deletion), and feature gates other than DRADeviceTaints (when off, device taints are dropped on
-write, as a 1.34 server with the gate off drops them; a 1.32 server, which has no taints field, drops them
-too).
+Not modelled: authentication and authorization (any token is accepted), namespaces as objects (any
+namespace exists), admission (no ValidatingAdmissionPolicy, no ResourceQuota), JSON patch and server-side
+apply (415), pagination (`limit` is ignored, which the real server may also do), protobuf and CBOR,
+aggregated discovery, managedFields, the resourceclaim and garbage-collector controllers' delays (the
+collector runs synchronously at the owner's deletion), pod validation, defaulting and graceful deletion, and
+feature gates other than DRADeviceTaints (when off, device taints are dropped on write, as a 1.34 server
+with the gate off drops them; a 1.32 server, which has no taints field, drops them too).
 
 Every response closes its connection, so a stopped server is really unreachable (no kept-alive socket
 keeps serving). Requests are recorded for assertions.
