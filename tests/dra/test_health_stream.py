@@ -9,7 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kubegpu.api.drahealth.v1alpha1 import api_pb2 as health_pb2
+from kubegpu.dra.devices import device_entries
 from kubegpu.dra.health_stream import DeviceHealthReport, HealthBroadcast, health_reports
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import Health, Inventory
@@ -75,6 +79,35 @@ def test_unmonitored_health_is_unknown_whatever_the_inventory_says() -> None:
 
 def test_the_proto_numbers_are_the_kubelets() -> None:
     assert (health_pb2.UNKNOWN, health_pb2.HEALTHY, health_pb2.UNHEALTHY) == (UNKNOWN, HEALTHY, UNHEALTHY)
+
+
+A100_MIG = discovered("a100-mig")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    faults=st.dictionaries(
+        st.sampled_from([g.uuid for g in A100_MIG.gpus]),
+        st.one_of(st.none(), st.integers(min_value=1, max_value=200)),
+    )
+)
+def test_the_stream_and_the_slice_never_disagree(faults: dict[str, int | None]) -> None:
+    # Any faults (with or without an XID) on any GPUs: a device is Unhealthy on the stream exactly when the
+    # slice taints it, and the message names what the taint names.
+    served = A100_MIG.with_gpu_health({u: Health.failed("fault", xid) for u, xid in faults.items()})
+    taints = {e["name"]: e.get("taints", []) for e in device_entries(served, ALL)}
+    stream = by_name(served)
+    assert stream.keys() == taints.keys()
+    for name, (_, health, message) in stream.items():
+        match taints[name]:
+            case []:
+                assert (health, message) == (HEALTHY, "")
+            case [{"key": "gpu.nvidia.com/xid", "value": xid}]:
+                assert (health, message) == (UNHEALTHY, f"critical XID {xid} reported by NVML")
+            case [{"key": "gpu.nvidia.com/gpu-lost"}]:
+                assert (health, message) == (UNHEALTHY, "GPU is lost")
+            case other:
+                raise AssertionError(f"unexpected taints {other}")
 
 
 # ---- the broadcast -------------------------------------------------------------------------------------
