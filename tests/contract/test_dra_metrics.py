@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import urllib.error
 import urllib.request
 
@@ -95,3 +96,15 @@ async def test_off_by_default_and_a_bad_endpoint_is_one_clear_line() -> None:
             "invalid --http-endpoint (HTTP_ENDPOINT) '8080': want [host]:port, e.g. :8080 or 127.0.0.1:8080"
             in node.log()
         )
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            node.start_driver("--http-endpoint", f"127.0.0.1:{port}")
+            assert node.driver is not None
+            assert node.driver.wait(30) == 1
+        assert (
+            f"cannot serve metrics on 127.0.0.1:{port}: Address already in use; set --http-endpoint "
+            "(HTTP_ENDPOINT) to a free [host]:port, or leave it empty to serve none" in node.log()
+        )
+        assert "Traceback" not in node.log()
