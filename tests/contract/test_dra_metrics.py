@@ -108,3 +108,19 @@ async def test_off_by_default_and_a_bad_endpoint_is_one_clear_line() -> None:
             "(HTTP_ENDPOINT) to a free [host]:port, or leave it empty to serve none" in node.log()
         )
         assert "Traceback" not in node.log()
+
+
+async def test_an_api_server_outage_is_counted_as_connection_errors() -> None:
+    async with DraNode("t4-pcie") as node:
+        node.start_driver("--http-endpoint", "127.0.0.1:0")
+        url = await endpoint(node)
+        await node.wait_published(4)
+        assert scrape(url)['kubegpu_dra_api_errors_total{kind="connection"}'] == 0.0
+        node.api.stop()  # the publisher's watch breaks and its re-list is refused
+        await node.wait(
+            lambda: scrape(url)['kubegpu_dra_api_errors_total{kind="connection"}'] >= 1.0,
+            "a refused connection counted",
+        )
+        errors = scrape(url)
+        assert errors['kubegpu_dra_api_errors_total{kind="server_error"}'] == 0.0
+        assert errors['kubegpu_dra_api_errors_total{kind="other"}'] == 0.0

@@ -30,6 +30,7 @@ from kubernetes import client
 from kubegpu.allocation.cdi import CdiOptions
 from kubegpu.allocation.resources import parse_mig_minors
 from kubegpu.common.backoff import Backoff
+from kubegpu.dra.api_errors import count_api_errors
 from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
@@ -217,6 +218,7 @@ class DraDaemon:
                 "(HTTP_ENDPOINT) to a free [host]:port, or leave it empty to serve none"
             ) from None
         self.events = metrics
+        count_api_errors(self.api_client, metrics)
         server.start()
         return server
 

@@ -4,9 +4,11 @@
 imported, only with `--http-endpoint` (HTTP_ENDPOINT): without an endpoint nobody can read the counters.
 
 Who calls what: the Prepare/Unprepare results and the prepared-claims count come from `MeteredPreparer`
-(metered.py), the devices by health from the daemon's health reports. `api_error`, `checkpoint_rebuilt` and
-`claim_refused` are for the claim reader, the slice publisher and the checkpoint's rebuild to call (see the
-kinds and reasons below); a kind or reason not listed is counted under "other".
+(metered.py), the devices by health from the daemon's health reports, `api_error` from the official
+client's REST layer (api_errors.py: every call the claim reader and the slice publisher make today).
+`checkpoint_rebuilt` and `claim_refused` are for the checkpoint's rebuild and Prepare's refusals to call,
+and `api_error` for a client that replaces the official one (see the kinds and reasons below); a kind or
+reason not listed is counted under "other".
 """
 
 from __future__ import annotations
