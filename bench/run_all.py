@@ -133,6 +133,7 @@ def main() -> int:
         "dra_bench": ["--rounds", "10", "--batch", "100"],
         "dra_big_calls": ["--samples", "40"],
         "dra_explain_bench": ["--nodes", "1000"],
+        "dra_health_latency": ["--injections", "21"],
     }
     rows: list[Row] = []
     failed = False

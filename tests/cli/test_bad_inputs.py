@@ -87,6 +87,8 @@ def runs(tmp: Path, busy_port: int) -> list[Run]:
         Run("plugin bad env value", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_HEALTH_PROBE_SECONDS", "abc")), True),
         Run("dra without a node name", ("dra",), 1, fake, True),
         Run("dra bad --gpus", ("dra", "--node-name", "n", "--gpus", "0,MIG-1"), 1, fake, True),
+        Run("dra bad --http-endpoint", ("dra", "--node-name", "n", "--http-endpoint", "8080"), 1, fake, True),
+        Run("dra bad METRICS_PATH", ("dra", "--node-name", "n"), 1, (*fake, ("METRICS_PATH", "metrics")), True),
         Run("plugin bad flag value", ("plugin", "--kubelet-socket", "", "--mig-strategy", "weird"), 1, fake, True),
         Run("config check unknown profile", ("config", "check", manifest, "--profile", "no-such-profile"), 2),
         Run("demo unknown profile", ("demo", "--profile", "no-such-profile"), 2),

@@ -415,3 +415,19 @@ def test_the_extended_resource_bridge_goes_on_the_gpu_class_only() -> None:
     with pytest.raises(HelmError) as err:
         render({"dra": {"extendedResourceName": "nvidia.com/gpu 1"}})
     assert "at '/dra/extendedResourceName': 'nvidia.com/gpu 1' does not match pattern" in str(err.value)
+
+
+def test_metrics_are_off_by_default_and_on_with_nvidias_env_names_and_a_port() -> None:
+    assert {"HTTP_ENDPOINT", "METRICS_PATH"} & set(env(dra(render(ON)))) == set()
+    assert "ports" not in dra(render(ON))
+    ctr = dra(
+        render({"dra": {"enabled": True, "metrics": {"enabled": True, "httpEndpoint": "0.0.0.0:9401"}}})
+    )
+    assert (env(ctr)["HTTP_ENDPOINT"], env(ctr)["METRICS_PATH"]) == ("0.0.0.0:9401", "/metrics")
+    assert ctr["ports"] == [{"name": "dra-metrics", "containerPort": 9401, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize("endpoint", ["8080", "host:port", ":80 80"])
+def test_the_schema_refuses_a_metrics_endpoint_the_driver_would_refuse(endpoint: str) -> None:
+    with pytest.raises(HelmError, match="httpEndpoint"):
+        render({"dra": {"enabled": True, "metrics": {"enabled": True, "httpEndpoint": endpoint}}})

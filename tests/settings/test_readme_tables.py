@@ -112,4 +112,6 @@ def test_nvidia_dra_driver_flags_table() -> None:
         ("`--kubelet-plugins-directory-path`", "`KUBELET_PLUGINS_DIRECTORY_PATH`",
          "`/var/lib/kubelet/plugins`"),
         ("`--kubeconfig`", "`KUBECONFIG`", ""),
+        ("`--http-endpoint`", "`HTTP_ENDPOINT`", ""),
+        ("`--metrics-path`", "`METRICS_PATH`", "`/metrics`"),
     ]  # fmt: skip

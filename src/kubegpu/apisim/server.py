@@ -6,7 +6,7 @@
     config = kubernetes.client.Configuration(host=api.url)      # or api.write_kubeconfig(path)
     kubernetes.client.ResourceV1Api(kubernetes.client.ApiClient(config)).list_resource_slice(...)
 
-It serves core Nodes, resource.k8s.io ResourceSlices, ResourceClaims (with /status),
+It serves core Nodes and Pods (with /status), resource.k8s.io ResourceSlices, ResourceClaims (with /status),
 ResourceClaimTemplates and DeviceClasses in every configured version (stored once, converted per request:
 convert.py), and NFD's NodeFeature custom resource. Verbs: GET, LIST (labelSelector; fieldSelector on
 metadata.name and each kind's own labels), WATCH (from a resourceVersion, synthetic ADDED events without
@@ -20,7 +20,7 @@ Not modelled: authentication and authorization (any token is accepted), namespac
 namespace exists), admission (no ValidatingAdmissionPolicy, no ResourceQuota), JSON patch and server-side
 apply (415), pagination (`limit` is ignored, which the real server may also do), protobuf and CBOR,
 aggregated discovery, managedFields, the resourceclaim and garbage-collector controllers' delays (the
-collector runs synchronously at the owner's deletion), graceful deletion of pods (there are no pods), and
+collector runs synchronously at the owner's deletion), pod validation, defaulting and graceful deletion, and
 feature gates other than DRADeviceTaints (when off, device taints are dropped on write, as a 1.34 server
 with the gate off drops them; a 1.32 server, which has no taints field, drops them too).
 

@@ -41,13 +41,19 @@ GPU_CLASS = {
 
 class SimulatedDraNode:
     def __init__(
-        self, profile: str = "a100-mig", env: dict[str, str] | None = None, kubelet: str = "1.34"
+        self,
+        profile: str = "a100-mig",
+        env: dict[str, str] | None = None,
+        kubelet: str = "1.34",
+        **kubelet_options: Any,
     ) -> None:
+        """`kubelet_options`: more of the simulated kubelet's `DraSettings` (gates, periods)."""
         self.root = Path(tempfile.mkdtemp(prefix="kgdra-", dir="/tmp"))  # unix socket paths are short
         self.profile = profile
         self.extra_env = dict(env or {})
         self.api = ApiServerSim()
         self.kubelet_version = kubelet
+        self.kubelet_options = kubelet_options
         self.cdi = self.root / "cdi"
         self.plugins = self.root / "plugins"
         self.registry = self.root / "plugins_registry"
@@ -77,7 +83,7 @@ class SimulatedDraNode:
     async def start_kubelet(self) -> None:
         settings = DraSettings(
             node_name=NODE, api_url=self.api.url, kubelet_version=self.kubelet_version, poll_interval=0.02,
-            root=self.root,
+            root=self.root, **self.kubelet_options,
         )  # fmt: skip
         self.sim = KubeletSimulator(self.root / "device-plugins", dra=settings)
         await self.sim.start()
@@ -177,6 +183,29 @@ class SimulatedDraNode:
             return None
         created["status"] = reserved_status(allocations[0], pod.name, pod.uid)
         return self.api.update("resourceclaims", created, status=True)
+
+    def create_pod(self, pod: Pod) -> dict[str, Any]:
+        """The pod's API object, bound to this node, so the kubelet can write its status."""
+        return self.api.create("pods", pod_object(pod), namespace=pod.namespace)
+
+
+def pod_object(pod: Pod, node: str = NODE) -> dict[str, Any]:
+    def container(c: Container) -> dict[str, Any]:
+        claims = [{"name": r.name, **({"request": r.request} if r.request else {})} for r in c.claims]
+        return {"name": c.name, "image": "busybox", **({"resources": {"claims": claims}} if claims else {})}
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod.name, "namespace": pod.namespace},
+        "spec": {
+            "nodeName": node,
+            "containers": [container(c) for c in pod.containers],
+            "resourceClaims": [
+                {"name": c.name, "resourceClaimName": c.claim_name} for c in pod.resource_claims
+            ],
+        },
+    }
 
 
 def claim_pod(name: str, *claims: str, request: str = "") -> Pod:

@@ -86,6 +86,7 @@ def dra_cmd(verbose: bool, **params: Any) -> None:
 
 def _settings(given: dict[str, Any]) -> Any:
     from kubegpu.dra.daemon import DraSettings
+    from kubegpu.dra.metrics_server import check_path, parse_endpoint
 
     def value(name: str) -> Any:
         return value_of(given, lookup(DRA, name))
@@ -101,6 +102,14 @@ def _settings(given: dict[str, Any]) -> Any:
         selection = parse_gpu_selection(gpus)
     except ValueError as err:
         raise ConfigError(f"invalid --gpus (KUBEGPU_DRA_GPUS): {err}") from None
+    http_endpoint = str(value("http-endpoint")).strip()
+    metrics_path = str(value("metrics-path"))
+    try:
+        if http_endpoint:
+            parse_endpoint(http_endpoint)
+        check_path(metrics_path)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return DraSettings(
         node_name=node_name,
         driver_name=str(value("driver-name")).strip(),
@@ -112,4 +121,6 @@ def _settings(given: dict[str, Any]) -> Any:
         lock_timeout=float(value("lock-timeout")),
         api_timeout=float(value("api-timeout")),
         boot_id_file=value("boot-id-file"),
+        http_endpoint=http_endpoint,
+        metrics_path=metrics_path,
     )

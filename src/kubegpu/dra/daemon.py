@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import signal
@@ -29,10 +30,15 @@ from kubernetes import client
 from kubegpu.allocation.cdi import CdiOptions
 from kubegpu.allocation.resources import parse_mig_minors
 from kubegpu.common.backoff import Backoff
+from kubegpu.dra.api_errors import count_api_errors
 from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
 from kubegpu.dra.devices import DraDevice, device_entries, device_table
+from kubegpu.dra.events import DriverEvents, NoMetrics
+from kubegpu.dra.health_stream import HEALTH_NAMES, DraHealthService, HealthBroadcast, health_reports
+from kubegpu.dra.metered import MeteredPreparer
+from kubegpu.dra.metrics_server import MetricsServer
 from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
 from kubegpu.dra.prepare import Preparer
 from kubegpu.dra.publisher import SlicePublisher
@@ -68,6 +74,8 @@ class DraSettings:
     lock_timeout: float
     boot_id_file: Path
     api_timeout: float = 10.0
+    http_endpoint: str = ""  # NVIDIA's --http-endpoint: empty serves no metrics
+    metrics_path: str = "/metrics"
 
     @property
     def plugin_dir(self) -> Path:
@@ -91,6 +99,12 @@ class DraDaemon:
         self.published: list[dict[str, Any]] | None = None
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
+        self.health_stream = HealthBroadcast()
+        self.events: DriverEvents = NoMetrics()
+
+    @property
+    def _monitored(self) -> bool:
+        return self.health.classifier.policy.checks_enabled
 
     # ---- what is served ----------------------------------------------------------------------------------
 
@@ -100,6 +114,15 @@ class DraDaemon:
     def devices(self) -> tuple[Inventory, dict[str, DraDevice]]:
         inventory = self.served()
         return inventory, device_table(inventory, self.settings.selection)
+
+    def report_health(self) -> None:
+        """Hand the served devices' health to the kubelet's health streams (unchanged: nothing is sent)."""
+        s = self.settings
+        reports = health_reports(
+            self.served(), s.selection, pool=s.node_name, driver_name=s.driver_name, monitored=self._monitored
+        )
+        if self.health_stream.update(reports):
+            self.events.devices(collections.Counter(HEALTH_NAMES[r.health] for r in reports))
 
     def entries(self) -> list[dict[str, Any]]:
         return device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
@@ -125,13 +148,15 @@ class DraDaemon:
                 ", ".join(table),
             )
 
+            metrics = self._serve_metrics()
             checkpoint = Checkpoint(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
             checkpoint.load()
             specs = ClaimSpecs(s.cdi_root, s.driver_name, CdiOptions(mig_minors=_mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
             reader = ClaimReader(self.api_client, s.driver_name, s.api_timeout)
-            preparer = Preparer(
+            preparer = MeteredPreparer(
+                self.events,
                 driver_name=s.driver_name,
                 node_name=s.node_name,
                 checkpoint=checkpoint,
@@ -141,8 +166,13 @@ class DraDaemon:
                 devices=self.devices,
             )
             await preparer.recover()  # the specs the checkpoint does not name hold their devices
+            self.report_health()
             servers = KubeletServers(
-                preparer, driver_name=s.driver_name, registrar_dir=s.registrar_dir, plugins_dir=s.plugins_dir
+                preparer,
+                driver_name=s.driver_name,
+                registrar_dir=s.registrar_dir,
+                plugins_dir=s.plugins_dir,
+                health=DraHealthService(self.health_stream),
             )
             self._install_signals()
             await servers.start()
@@ -172,11 +202,33 @@ class DraDaemon:
             log.info("stopping")
             await asyncio.gather(servers.stop(), publisher.stop())
             preparer.close()
+            if metrics is not None:
+                await asyncio.to_thread(metrics.stop)
             for task in (*tasks, stop):
                 task.cancel()
             await asyncio.gather(*tasks, stop, return_exceptions=True)
             log.info("stopped")
             return 1 if failed else 0
+
+    def _serve_metrics(self) -> MetricsServer | None:
+        """With --http-endpoint: the metrics (prometheus-client is imported only now) and their server."""
+        s = self.settings
+        if not s.http_endpoint:
+            return None
+        from kubegpu.dra.metrics import DriverMetrics
+
+        metrics = DriverMetrics(open_streams=lambda: self.health_stream.open_streams)
+        try:
+            server = MetricsServer(metrics.registry, s.http_endpoint, s.metrics_path)
+        except OSError as err:
+            raise StartupError(
+                f"cannot serve metrics on {s.http_endpoint}: {err.strerror or err}; set --http-endpoint "
+                "(HTTP_ENDPOINT) to a free [host]:port, or leave it empty to serve none"
+            ) from None
+        self.events = metrics
+        count_api_errors(self.api_client, metrics)
+        server.start()
+        return server
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -200,6 +252,7 @@ class DraDaemon:
         """Re-publish on every health change (a restarted task first catches up)."""
         while True:
             self._changed.clear()
+            self.report_health()
             self._publish(publisher)
             await self._changed.wait()
 
@@ -208,6 +261,7 @@ class DraDaemon:
             log.info(
                 "health checks disabled by DP_DISABLE_HEALTHCHECKS; devices are published without taints"
             )
+            self.health_stream.set_alive(True)  # the reports say so: "device health is not monitored"
             return
         loop = asyncio.get_running_loop()
 
@@ -219,9 +273,11 @@ class DraDaemon:
         monitor = HealthMonitor(self.nvml.nvml, self.base, self.health, emit, faults=self.faults)
         try:
             await asyncio.to_thread(monitor.start)
+            self.health_stream.set_alive(True)  # armed: no XID after this is missed
             await asyncio.wrap_future(monitor.finished)
             raise RuntimeError("the NVML health thread ended without being stopped")
         finally:
+            self.health_stream.set_alive(False)
             await asyncio.to_thread(monitor.stop)
 
     async def _supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:

@@ -31,11 +31,14 @@ from kubegpu.api import lenient
 from kubegpu.api.dra.v1 import api_pb2 as dra_v1
 from kubegpu.api.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubegpu.api.dra.v1beta1 import api_pb2 as dra_v1beta1
+from kubegpu.api.drahealth.v1alpha1 import api_pb2 as health_pb2
+from kubegpu.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from kubegpu.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from kubegpu.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from kubegpu.common.log_throttle import LogThrottle
 from kubegpu.dra.claim_calls import ClaimRef, too_many
 from kubegpu.dra.claims import RETRY
+from kubegpu.dra.health_stream import HEALTH_SERVICE
 from kubegpu.dra.prepare import Outcome, Preparer
 
 log = logging.getLogger(__name__)
@@ -117,12 +120,14 @@ class _DraService(dra_v1_grpc.DRAPluginServicer):
 
 
 class _Registration(reg_grpc.RegistrationServicer):
-    def __init__(self, driver_name: str, endpoint: Path) -> None:
+    def __init__(
+        self, driver_name: str, endpoint: Path, versions: tuple[str, ...] = SUPPORTED_VERSIONS
+    ) -> None:
         self.info = reg_pb2.PluginInfo(
             type=PLUGIN_TYPE,
             name=driver_name,
             endpoint=str(endpoint),
-            supported_versions=list(SUPPORTED_VERSIONS),
+            supported_versions=list(versions),
         )
         self.registered = False
 
@@ -146,13 +151,22 @@ class _Registration(reg_grpc.RegistrationServicer):
 
 class KubeletServers:
     def __init__(
-        self, preparer: Preparer, *, driver_name: str, registrar_dir: Path, plugins_dir: Path
+        self,
+        preparer: Preparer,
+        *,
+        driver_name: str,
+        registrar_dir: Path,
+        plugins_dir: Path,
+        health: health_grpc.DRAResourceHealthServicer | None = None,
     ) -> None:
         self.preparer = preparer
         self.driver_name = driver_name
+        self.health = health
         self.dra_socket = plugins_dir / driver_name / "dra.sock"
         self.reg_socket = registrar_dir / f"{driver_name}-reg.sock"
-        self.registration = _Registration(driver_name, self.dra_socket)
+        # The health service is advertised after the DRA services, as the kubelet plugin helper does.
+        versions = SUPPORTED_VERSIONS + ((HEALTH_SERVICE,) if health is not None else ())
+        self.registration = _Registration(driver_name, self.dra_socket, versions)
         self._dra: grpc.aio.Server | None = None
         self._reg: grpc.aio.Server | None = None
         self.undecodable_bodies = 0  # refused since the start, on every socket (for a metrics endpoint)
@@ -174,6 +188,8 @@ class KubeletServers:
     def _add_dra(self, server: grpc.aio.Server) -> None:
         self.add_service(server, dra_v1, "DRAPlugin", _DraService(self.preparer, dra_v1))
         self.add_service(server, dra_v1beta1, "DRAPlugin", _DraService(self.preparer, dra_v1beta1))
+        if self.health is not None:
+            self.add_service(server, health_pb2, "DRAResourceHealth", self.health)
 
     def _add_registration(self, server: grpc.aio.Server) -> None:
         self.add_service(server, reg_pb2, "Registration", self.registration)

@@ -113,7 +113,8 @@ async def _serve(plugin_dir: Path, as_json: bool, grace_period: float, dra: DraS
     type=click.Choice(KUBELET_VERSIONS),
     default="1.34",
     show_default=True,
-    help="With --dra: behave as this kubelet (service choice, claim API version, slice wiping).",
+    help="With --dra: behave as this kubelet (service choice, claim API version, slice wiping; 1.36 reads "
+    "the drivers' device-health streams).",
 )
 def kubelet_sim(
     plugin_dir: Path,

@@ -1,5 +1,5 @@
-"""The two API calls the kubelet's DRA side makes: GET a ResourceClaim, and DELETE a node's ResourceSlices
-as a collection (at start-up, and when a driver is gone for good).
+"""The API calls the kubelet's DRA side makes: GET a ResourceClaim, DELETE a node's ResourceSlices as a
+collection (at start-up, and when a driver is gone for good), and PATCH a pod's status (device health).
 
 Plain HTTP(S) with JSON through the standard library, run in a thread: the simulator stays free of the
 heavy `kubernetes` client and of the simulated API server's code (it judges what others publish there).
@@ -33,9 +33,21 @@ class ApiEndpoint:
     token: str = ""
     resource_version: str = "v1"  # the resource.k8s.io version the kubelet speaks
 
-    def _request(self, method: str, path: str, query: dict[str, str] | None = None) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "",
+    ) -> Any:
         target = self.url.rstrip("/") + path + ("?" + urllib.parse.urlencode(query) if query else "")
-        request = urllib.request.Request(target, method=method, headers={"Accept": "application/json"})
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            target, data=data, method=method, headers={"Accept": "application/json"}
+        )
+        if content_type:
+            request.add_header("Content-Type", content_type)
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
@@ -54,6 +66,13 @@ class ApiEndpoint:
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         path = f"/apis/resource.k8s.io/{self.resource_version}/namespaces/{namespace}/resourceclaims/{name}"
         return await asyncio.to_thread(self._request, "GET", path)
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: Any) -> Any:
+        """The status manager's PATCH of pods/<name>/status (a strategic merge patch)."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+        return await asyncio.to_thread(
+            self._request, "PATCH", path, None, patch, "application/strategic-merge-patch+json"
+        )
 
     async def delete_slices(self, node: str, driver: str = "") -> int:
         """DeleteCollection of the node's slices (of one driver, or all); returns how many went."""

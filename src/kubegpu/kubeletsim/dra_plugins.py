@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 
 from kubegpu.api.dra.v1 import api_pb2 as dra_v1
 from kubegpu.api.dra.v1beta1 import api_pb2 as dra_v1beta1
+from kubegpu.api.drahealth.v1alpha1 import api_pb2 as health_pb2
 
 from .endpoint import RpcRecord, RpcRecorder
 from .errors import go_rpc_error
@@ -28,6 +29,7 @@ from .errors import go_rpc_error
 V1 = "v1.DRAPlugin"
 V1BETA1 = "v1beta1.DRAPlugin"
 V1ALPHA3 = "v1alpha3.NodeService"
+HEALTH_METHOD = "/v1alpha1.DRAResourceHealth/NodeWatchResources"
 KUBELET_132_SERVICES = (V1BETA1, V1ALPHA3)
 KUBELET_134_SERVICES = (V1, V1BETA1)
 DEFAULT_CALL_TIMEOUT = 45.0  # defaultClientCallTimeout: half the kubelet's 90 s sync retry period
@@ -119,6 +121,20 @@ class DraPlugin:
             RpcRecord(started, self.driver, method, request, response, None, time.monotonic() - started)
         )
         return response
+
+    def watch_health(
+        self,
+    ) -> grpc.aio.UnaryStreamCall[
+        health_pb2.NodeWatchResourcesRequest, health_pb2.NodeWatchResourcesResponse
+    ]:
+        """Open the DRAResourceHealth stream on the plugin's endpoint (no deadline: it lasts)."""
+        assert self._channel is not None
+        stub = self._channel.unary_stream(
+            HEALTH_METHOD,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=health_pb2.NodeWatchResourcesResponse.FromString,
+        )
+        return stub(health_pb2.NodeWatchResourcesRequest())
 
     async def close(self) -> None:
         if self._channel is not None:

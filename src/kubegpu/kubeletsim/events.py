@@ -41,6 +41,11 @@ class EventKind(enum.StrEnum):
     PREPARE_FAILED = "prepare-failed"  # the pod cannot start: FailedPrepareDynamicResources
     CLAIMS_UNPREPARED = "claims-unprepared"
     UNPREPARE_FAILED = "unprepare-failed"
+    DRA_HEALTH_UPDATED = "dra-health-updated"  # one NodeWatchResources message processed
+    DRA_HEALTH_STREAM_ENDED = (
+        "dra-health-stream-ended"  # the health stream ended (error: why), retried in 5 s
+    )
+    POD_STATUS_WRITTEN = "pod-status-written"  # the pod's containerStatuses were written to the API server
 
 
 @dataclass(frozen=True, slots=True)

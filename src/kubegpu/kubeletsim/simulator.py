@@ -141,7 +141,9 @@ class KubeletSimulator:
         restored_claims = 0
         if self._dra is not None:
             try:
-                restored_claims = await self._dra.start(lambda: {p.uid for p in self._pods.values()})
+                restored_claims = await self._dra.start(
+                    lambda: {p.uid for p in self._pods.values()}, lambda: list(self._pods.values())
+                )
             except BaseException:
                 await self.stop()
                 raise

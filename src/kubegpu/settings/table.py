@@ -383,6 +383,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kubeconfig", ("KUBECONFIG",), "", "str",
             "Absolute path to a kubeconfig file; empty: the in-cluster config (the pod's service account).",
             "nvidia", (DRA,)),
+    Setting("http-endpoint", ("HTTP_ENDPOINT",), "", "str",
+            "The TCP address ([host]:port, e.g. :8080) to serve Prometheus metrics on; empty (the default) "
+            "serves none.",
+            "nvidia", (DRA,)),
+    Setting("metrics-path", ("METRICS_PATH",), "/metrics", "str",
+            "The HTTP path the metrics are served at.",
+            "nvidia", (DRA,)),
     # --- dra: kubegpu's own -------------------------------------------------------------------------------
     Setting("driver-name", ("KUBEGPU_DRA_DRIVER_NAME",), "gpu.nvidia.com", "str",
             "The DRA driver name: ResourceSlices' spec.driver, the sockets' names, CEL's attribute domain "
