@@ -9,7 +9,8 @@ buildah storage as a node would import it, and run kubegpu in it for real:
    device-plugin directory mounted, against `kubegpu kubelet-sim` outside the container (this repository's
    venv): the simulated kubelet must see capacity 8 / allocatable 8, and the plugin must stop cleanly;
 4. `kubegpu doctor` in the image against the same node while the plugin serves;
-5. `kubegpu dra` as uid 0 on a read-only root against the fake API server and the kubelet simulator's DRA
+5. `kubegpu labels --oneshot` as uid 0 on a read-only root, into a mounted features.d: nvidia.com/gpu.count=8;
+6. `kubegpu dra` as uid 0 on a read-only root against the fake API server and the kubelet simulator's DRA
    side: it registers, publishes the 8 GPUs, prepares an allocated claim (a CDI spec appears), stops.
 
 Every command runs on a read-only root filesystem (see Container). Everything the test starts (containers,
@@ -43,6 +44,7 @@ NO_BUILDER = 3  # build.sh's exit status when no builder is here and none can be
 FORBIDDEN_FILES = {"sh", "bash", "dash", "apt", "apt-get", "dpkg", "pip", "pip3", "gcc", "cc", "ld"}
 PROFILE = "dgx-a100"  # the fake NVML's 8-GPU node
 PLUGINS_IN_CONTAINER = "/var/lib/kubelet/device-plugins"
+FEATURES_D = "/etc/kubernetes/node-feature-discovery/features.d"
 
 
 def step(message: str) -> None:
@@ -190,6 +192,27 @@ def check_plugin_and_doctor(container: Container, tmp: Path) -> None:
         kubelet.stop()
 
 
+def check_labels(container: Container, tmp: Path) -> None:
+    """`kubegpu labels` once, into NFD's features.d as with gfd.useNodeFeatureAPI=false."""
+    features, nvml = tmp / "features.d", tmp / "labels-nvml"
+    features.mkdir()
+    nvml.mkdir()
+    ran = container.run(
+        ["kubegpu", "labels", "--oneshot", "true", "--use-node-feature-api", "false"],
+        user="0:0",
+        env={
+            "KUBEGPU_FAKE_NVML": PROFILE,
+            "KUBEGPU_FAKE_NVML_STATE": str(nvml),
+            "GFD_OUTPUT_FILE": f"{FEATURES_D}/gfd",
+        },
+        volumes=[(features, FEATURES_D), (nvml, str(nvml))],
+    )
+    assert ran.returncode == 0, ran
+    labels = (features / "gfd").read_text().splitlines()
+    assert "nvidia.com/gpu.count=8" in labels, labels
+    step(f"`kubegpu labels` (uid 0, read-only root): {len(labels)} labels, nvidia.com/gpu.count=8")
+
+
 async def check_dra(container: Container) -> None:
     from kubegpu.demo.dranode import DRIVER, SimulatedDraNode, claim_pod
 
@@ -260,6 +283,7 @@ def main() -> int:
         check_libraries(container)
         check_manifest_commands(container)
         check_plugin_and_doctor(container, tmp)
+        check_labels(container, tmp)
         asyncio.run(check_dra(container))
     finally:
         storage.close()
