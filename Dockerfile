@@ -1,10 +1,10 @@
 # syntax=docker/dockerfile:1
 # kubegpu's image: the device plugin and every other kubegpu command, entrypoint `kubegpu`.
 #
-# `make image` builds it (scripts/image/build.sh): with no registry reachable it first builds both bases from
-# Debian 12's own packages (scripts/image/build-base.sh: distroless-style, Python 3.11 and the C libraries
-# it loads, no shell, no package manager) and passes them in as BUILD_BASE and RUNTIME_BASE. Where a
-# registry is reachable the defaults, the official Python image, serve for both stages:
+# `make image` builds it (scripts/image/build.sh) on bases it first builds from Debian 12's own packages,
+# so no registry is needed (scripts/image/build-base.sh: distroless-style, Python 3.11 and the C libraries
+# it loads, no shell, no package manager), passed in as BUILD_BASE and RUNTIME_BASE. Without them, where
+# a registry is reachable, the official Python image serves for both stages:
 #   docker build -t REGISTRY/kubegpu:0.1.0 --build-arg VERSION=0.1.0 .
 # Behind a TLS-intercepting proxy, give pip the proxy's CA as a build secret (mounted for the RUN steps
 # that download, never copied into a layer): --secret id=pip-ca,src=/etc/ssl/certs/ca-certificates.crt

@@ -56,13 +56,14 @@ mutate: $(BIN)/mutmut
 
 # The image, built with a real OCI builder (buildah, installed from Debian's archive when no builder is
 # here; docker or podman when present): localhost/kubegpu:<version> and dist/kubegpu-<version>.oci.tar.
-# No registry needed: the base is built from Debian 12's packages first (cached). IMAGE_BASE=python:3.11-
-# slim-bookworm uses the official image instead; IMAGE_BUILDER picks the builder. scripts/image/build.sh
+# No registry needed: the base is built from Debian 12's packages first (cached). Settings (IMAGE_BASE,
+# e.g. the official python:3.11-slim-bookworm; IMAGE_BUILDER; PIP_CA) in scripts/image/build.sh.
 image:
 	scripts/image/build.sh
 
-# Build (cached), load the archive and run the plugin, the DRA driver and the doctor in the image against
-# the simulators (scripts/image/smoke_test.py). Skips, loudly, only where no builder can be installed.
+# Build (cached), load the archive and run the plugin, the labels, the DRA driver and the doctor in the
+# image on a read-only root against the simulators (scripts/image/smoke_test.py). Skips, loudly, only
+# where no builder can be installed.
 image-test: $(BIN)/kubegpu
 	$(BIN)/python scripts/image/smoke_test.py
 

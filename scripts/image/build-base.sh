@@ -133,8 +133,8 @@ build() {  # a FROM-scratch image from a tar: every builder can do this without 
     printf 'FROM %s\nADD rootfs.tar /\nENV PATH=%s LANG=C.UTF-8\n' "$from" \
         /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin >"$context/Containerfile"
     case "$builder" in
-        buildah) buildah bud --quiet --isolation chroot --timestamp 0 -t "$tag" -f "$context/Containerfile" "$context" ;;
-        *) "$builder" build --quiet -t "$tag" -f "$context/Containerfile" "$context" ;;
+        buildah) buildah bud --quiet --isolation chroot --timestamp 0 -t "$tag" "$context" ;;
+        *) "$builder" build --quiet -t "$tag" "$context" ;;
     esac >/dev/null
 }
 build "$work/ctx-runtime" scratch "$runtime_tag"

@@ -12,8 +12,8 @@
 #                  default: $PIP_CERT, else the system bundle. Behind a TLS-intercepting proxy it must
 #                  hold the proxy's CA.
 # buildah runs with --isolation chroot unless BUILDAH_ISOLATION says otherwise: it needs no OCI runtime
-# and works inside a container, where runc may not; its storage is what /etc/containers/storage.conf says
-# (overlay by default; vfs where overlay cannot mount).
+# and works inside a container, where runc may not. Its storage driver is the one
+# /etc/containers/storage.conf names, else the first that works here (overlay; vfs where it cannot mount).
 #
 # Exit status 3: no builder here and none can be installed (not root, or no apt-get).
 set -euo pipefail
@@ -59,16 +59,16 @@ else
 fi
 
 revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-source="$(git remote get-url origin 2>/dev/null | sed 's#//[^/@]*@#//#' || echo unknown)"
+source_url="$(git remote get-url origin 2>/dev/null | sed 's#//[^/@]*@#//#' || echo unknown)"
 args=(
     --build-arg "BUILD_BASE=$build_base"
     --build-arg "RUNTIME_BASE=$runtime_base"
-    --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "SOURCE=$source"
+    --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "SOURCE=$source_url"
     # Again as --label: buildah 1.28 reuses a cached LABEL step whose build-arg changed (a new commit
     # would keep the old revision); --label is applied to the final image every time.
     --label "org.opencontainers.image.version=$version"
     --label "org.opencontainers.image.revision=$revision"
-    --label "org.opencontainers.image.source=$source"
+    --label "org.opencontainers.image.source=$source_url"
     -t "$image" -f Dockerfile
 )
 ca="${PIP_CA:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}"

@@ -9,7 +9,8 @@ buildah storage as a node would import it, and run kubegpu in it for real:
    device-plugin directory mounted, against `kubegpu kubelet-sim` outside the container (this repository's
    venv): the simulated kubelet must see capacity 8 / allocatable 8, and the plugin must stop cleanly;
 4. `kubegpu doctor` in the image against the same node while the plugin serves;
-5. `kubegpu dra` as uid 0 on a read-only root against the fake API server and the kubelet simulator's DRA
+5. `kubegpu labels --oneshot` as uid 0 on a read-only root, into a mounted features.d: nvidia.com/gpu.count=8;
+6. `kubegpu dra` as uid 0 on a read-only root against the fake API server and the kubelet simulator's DRA
    side: it registers, publishes the 8 GPUs, prepares an allocated claim (a CDI spec appears), stops.
 
 Every command runs on a read-only root filesystem (see Container). Everything the test starts (containers,
@@ -21,22 +22,18 @@ failure is an error. Run it with the repository's venv (`make image-test`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import queue
-import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from containers import Container, Daemon, Storage  # scripts/image/, this script's directory
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -47,6 +44,7 @@ NO_BUILDER = 3  # build.sh's exit status when no builder is here and none can be
 FORBIDDEN_FILES = {"sh", "bash", "dash", "apt", "apt-get", "dpkg", "pip", "pip3", "gcc", "cc", "ld"}
 PROFILE = "dgx-a100"  # the fake NVML's 8-GPU node
 PLUGINS_IN_CONTAINER = "/var/lib/kubelet/device-plugins"
+FEATURES_D = "/etc/kubernetes/node-feature-discovery/features.d"
 
 
 def step(message: str) -> None:
@@ -57,142 +55,6 @@ def skip(reason: str) -> int:
     banner = "*" * 100
     print(f"{banner}\n*** image-test SKIPPED: {reason}\n*** The image was neither built nor run.\n{banner}")
     return 0
-
-
-class Storage:
-    """A buildah storage of its own in a temporary directory, as a freshly imported node's would be, so
-    the test runs what the archive holds and nothing else, and leaves nothing behind."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.base = ["buildah", "--root", str(tmp / "storage"), "--runroot", str(tmp / "run")]
-        self.env = {**os.environ, "BUILDAH_ISOLATION": "chroot"}
-        self.containers: list[str] = []
-
-    def __call__(self, *args: str) -> str:
-        proc = subprocess.run([*self.base, *args], capture_output=True, text=True, env=self.env)
-        if proc.returncode != 0:
-            raise AssertionError(f"buildah {' '.join(args)}: exit {proc.returncode}\n{proc.stderr}")
-        return proc.stdout.strip()
-
-    def container(self, image: str) -> Container:
-        name = f"kubegpu-image-test-{os.getpid()}-{len(self.containers)}"
-        self("from", "--quiet", "--pull-never", "--name", name, image)
-        self.containers.append(name)
-        return Container(self, name)
-
-    def close(self) -> None:
-        for name in self.containers:
-            with contextlib.suppress(AssertionError):
-                self("rm", name)
-        with contextlib.suppress(AssertionError):
-            self("rmi", "--all", "--force")
-        # An overlay storage may keep a mount or two; nothing under tmp may stay mounted before it goes.
-        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
-        for mount in sorted((m for m in mounts if m.startswith(str(self.tmp))), reverse=True):
-            subprocess.run(["umount", "-l", mount], check=False)
-
-
-class Container:
-    """The image's root filesystem (a buildah container, mounted), run the way the kubelet's runtime runs
-    a pod's container with readOnlyRootFilesystem: in a mount namespace of its own, the root bind-mounted
-    read-only, /proc and /dev mounted, the volumes bound, the image's environment only, as the image's
-    user unless told, chrooted. (buildah run has no read-only root, and in 1.28 it fails after any command
-    run on one; this is the same chroot isolation it uses, minus that.) The process is the command itself,
-    so its exit status and the signals it gets are the command's own."""
-
-    def __init__(self, storage: Storage, name: str) -> None:
-        self.mountpoint = Path(storage("mount", name))
-        config = json.loads(storage("inspect", "--type", "container", name))["OCIv1"]["config"]
-        self.user: str = config.get("User") or "0:0"
-        self.env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
-
-    def argv(
-        self,
-        command: Sequence[str],
-        *,
-        user: str | None = None,
-        env: dict[str, str] | None = None,
-        volumes: Sequence[tuple[Path, str]] = (),
-    ) -> list[str]:
-        # The mount targets are made in the container's own layer first, as a runtime does.
-        for target in ("proc", "dev", *(target.lstrip("/") for _, target in volumes)):
-            (self.mountpoint / target).mkdir(parents=True, exist_ok=True)
-        script = [
-            'root="$0"',
-            'mount --bind "$root" "$root"',
-            'mount -o remount,bind,ro "$root"',
-            'mount -t proc proc "$root/proc"',
-            'mount --rbind /dev "$root/dev"',
-            *(f'mount --bind {shlex.quote(str(src))} "$root"{shlex.quote(dst)}' for src, dst in volumes),
-            'exec "$@"',
-        ]
-        environment = [f"{key}={value}" for key, value in {**self.env, **(env or {})}.items()]
-        return [
-            *("unshare", "--mount", "--propagation", "private", "sh", "-ec", "; ".join(script)),
-            str(self.mountpoint),
-            *("env", "-i", *environment),
-            *("chroot", f"--userspec={user or self.user}", str(self.mountpoint), *command),
-        ]
-
-    def run(self, command: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(command, **options), capture_output=True, text=True, timeout=120)
-
-
-class Daemon:
-    """A long-running process in its own process group (a container's command, or a simulator), its
-    output collected line by line; stop() ends the whole group, so nothing of it survives."""
-
-    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            self.lines.put(line)
-
-    def wait_for(
-        self, predicate: Callable[[str], bool], what: str, peer: Daemon | None = None, timeout: float = 60.0
-    ) -> str:
-        """The first line of output that satisfies predicate; fails when this process or its peer (the
-        one expected to cause that line) exits first, or at the timeout, with both their outputs."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
-            except queue.Empty:
-                gone = [d for d in (self, peer) if d is not None and d.proc.poll() is not None]
-                if gone or time.monotonic() > deadline:
-                    outputs = "\n".join(
-                        f"--- {d.name}: exit {d.proc.poll()}\n{d.tail()}" for d in (self, peer) if d
-                    )
-                    raise AssertionError(f"no {what}:\n{outputs}") from None
-                continue
-            if predicate(line):
-                return line
-
-    def tail(self, lines: int = 40) -> str:
-        return "".join(self.output[-lines:])
-
-    def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM, as the kubelet's runtime sends it to a container, then SIGKILL to the whole group."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # anything the group left behind
-        return self.proc.returncode
 
 
 def check_config(storage: Storage) -> None:
@@ -330,6 +192,27 @@ def check_plugin_and_doctor(container: Container, tmp: Path) -> None:
         kubelet.stop()
 
 
+def check_labels(container: Container, tmp: Path) -> None:
+    """`kubegpu labels` once, into NFD's features.d as with gfd.useNodeFeatureAPI=false."""
+    features, nvml = tmp / "features.d", tmp / "labels-nvml"
+    features.mkdir()
+    nvml.mkdir()
+    ran = container.run(
+        ["kubegpu", "labels", "--oneshot", "true", "--use-node-feature-api", "false"],
+        user="0:0",
+        env={
+            "KUBEGPU_FAKE_NVML": PROFILE,
+            "KUBEGPU_FAKE_NVML_STATE": str(nvml),
+            "GFD_OUTPUT_FILE": f"{FEATURES_D}/gfd",
+        },
+        volumes=[(features, FEATURES_D), (nvml, str(nvml))],
+    )
+    assert ran.returncode == 0, ran
+    labels = (features / "gfd").read_text().splitlines()
+    assert "nvidia.com/gpu.count=8" in labels, labels
+    step(f"`kubegpu labels` (uid 0, read-only root): {len(labels)} labels, nvidia.com/gpu.count=8")
+
+
 async def check_dra(container: Container) -> None:
     from kubegpu.demo.dranode import DRIVER, SimulatedDraNode, claim_pod
 
@@ -400,6 +283,7 @@ def main() -> int:
         check_libraries(container)
         check_manifest_commands(container)
         check_plugin_and_doctor(container, tmp)
+        check_labels(container, tmp)
         asyncio.run(check_dra(container))
     finally:
         storage.close()
