@@ -102,10 +102,12 @@ class PodDeviceInfo:
 
     def __init__(self) -> None:
         self._answer: api_pb2.ListPodResourcesResponse | None = None  # what `text` was built from
+        self.rows: list[tuple[str, str, str, str, str, str]] = []
         self.text = self._format([])
 
     def clear(self) -> None:
         self._answer = None
+        self.rows = []
         self.text = self._format([])
 
     def forget_answer(self) -> None:
@@ -127,6 +129,7 @@ class PodDeviceInfo:
                 uuid = uuids.get(h.device_id) or backing_id(h.device_id)
                 rows.append((h.container, h.device_id, h.namespace, h.pod, h.resource, uuid))
         self._answer = answer
+        self.rows = rows
         self.text = self._format(rows)
 
     @classmethod
@@ -260,6 +263,7 @@ class PluginMetrics:
         self._pod_devices = PodDeviceInfo()
         self._pod_resources_read = False  # the last attempt succeeded
         self._pod_resources_error: PodResourcesError | None = None  # the last failure, until a success
+        self.last_xid: dict[str, int] = {}  # GPU UUID -> the last XID seen (DCGM_FI_DEV_XID_ERRORS)
 
     # --- what the daemon reports ----------------------------------------------------------------------
 
@@ -302,6 +306,8 @@ class PluginMetrics:
     def xid(self, code: int, gpu_uuid: str | None) -> None:
         """An XID event from NVML; `gpu_uuid` None when NVML could not say which GPU."""
         self._xids.labels(str(code), gpu_uuid or UNKNOWN_GPU).inc()
+        if gpu_uuid:
+            self.last_xid[gpu_uuid] = code
 
     def xid_ignored(self, code: int) -> None:
         """An XID event that is not acted on (the health monitor logs only the first of a storm)."""
@@ -321,6 +327,11 @@ class PluginMetrics:
     def task_restarted(self, name: str) -> None:
         """A supervised background task failed and was started again."""
         self._task_restarts.labels(name).inc()
+
+    def holders(self) -> list[tuple[str, str, str, str, str, str]]:
+        """Who holds our devices as of the last scrape: (container, device_id, namespace, pod, resource,
+        uuid) rows of kubegpu_pod_device_info; none while PodResources cannot be read."""
+        return self._pod_devices.rows
 
     # --- scraping -------------------------------------------------------------------------------------
 

@@ -90,7 +90,9 @@ def parse_process(text: str) -> tuple[int, int, int]:
     """`PID:MIB[:SM]` as `--process` takes it; ValueError naming what is wrong."""
     parts = text.split(":")
     if len(parts) not in (2, 3) or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"--process {text!r} is not PID:MIB or PID:MIB:SM (whole numbers), e.g. 4242:2048:30")
+        raise ValueError(
+            f"--process {text!r} is not PID:MIB or PID:MIB:SM (whole numbers), e.g. 4242:2048:30"
+        )
     pid, mib, sm = (int(p) for p in (*parts, "0")[:3])
     if pid == 0:
         raise ValueError(f"--process {text!r}: PID 0 is not a process")

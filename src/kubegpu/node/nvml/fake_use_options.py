@@ -13,7 +13,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # option name -> (GpuUse field, click type, help)
 _OPTIONS: dict[str, tuple[str, click.ParamType, str]] = {
-    "--utilization": ("utilization", click.IntRange(0, 100), "GPU utilisation in % (what NVML and DCGM report)."),
+    "--utilization": (
+        "utilization",
+        click.IntRange(0, 100),
+        "GPU utilisation in % (what NVML and DCGM report).",
+    ),
     "--memory-util": ("memory_util", click.IntRange(0, 100), "Memory (copy) utilisation in %."),
     "--memory-used": (
         "memory_used_mib",
@@ -44,7 +48,9 @@ def use_options(command: F) -> F:
     return command
 
 
-def use_from_options(use: Mapping[str, Any], gi: int | None) -> tuple[dict[str, Any], list[ProcessUse] | None]:
+def use_from_options(
+    use: Mapping[str, Any], gi: int | None
+) -> tuple[dict[str, Any], list[ProcessUse] | None]:
     """The GpuUse fields to change and the processes to set (None: leave them), from the options given."""
     changes = {key: use[key] for key, _, _ in _OPTIONS.values() if use.get(key) is not None}
     specs: tuple[str, ...] = use.get("process_specs") or ()
