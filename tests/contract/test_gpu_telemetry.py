@@ -83,7 +83,8 @@ def plugin_args(port: int, node: SimulatedNode, *extra: str) -> list[str]:
 async def test_a_time_sliced_gpu_shared_by_two_pods_shows_each_pods_own_memory(tmp_path: Path) -> None:
     config = tmp_path / "ts.yaml"
     config.write_text(
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 4\n"
     )
     proc = tmp_path / "proc"
     port = free_port()
@@ -134,7 +135,7 @@ async def test_a_time_sliced_gpu_shared_by_two_pods_shows_each_pods_own_memory(t
 
 async def test_dcgm_series_and_idle_holders_on_whole_gpus() -> None:
     port = free_port()
-    async with SimulatedNode("dgx-a100", env={"NODE_NAME": "gpu-node-7"}) as node:
+    async with SimulatedNode("dgx-a100", env={"KUBEGPU_NODE_NAME": "gpu-node-7"}) as node:
         node.plugin_args = plugin_args(port, node, "--idle-threshold", "10")
         node.start_plugin()
         await node.wait_allocatable(8)

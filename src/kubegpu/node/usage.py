@@ -109,7 +109,8 @@ class UsageReader:
             memory_util=None if rates is None else float(rates.memory),
             **_memory(nvml, handle),
             **common,
-            processes=self._processes(handle, sm_util),
+            # In MIG mode the GPU lists every MIG device's processes; they are counted on their device.
+            processes=() if gpu.mig_devices else self._processes(handle, sm_util),
         )
         samples = [whole]
         for mig in gpu.mig_devices:

@@ -246,7 +246,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Where the host's /proc is seen (hostPID, or the host's /proc mounted here), to tell which "
             "container a GPU process belongs to.",
             "kubegpu", _PLUGIN, flag=False),
-    Setting("node-name", ("NODE_NAME",), "", "str",
+    Setting("node-name", ("KUBEGPU_NODE_NAME",), "", "str",
             "This node's name (the downward API's spec.nodeName): the Hostname label of the GPU telemetry; "
             "empty: the host name.",
             "kubegpu", _PLUGIN, flag=False),

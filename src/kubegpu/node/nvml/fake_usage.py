@@ -137,6 +137,7 @@ class UsageFile:
             new = dataclasses.replace(current.gpu(gpu), **changes)  # type: ignore[arg-type]  # checked fields
             if processes is not None:
                 kept = tuple(p for p in new.processes if gi is not None and p.gi != gi)
-                new = dataclasses.replace(new, processes=kept + tuple(processes))
+                placed = tuple(dataclasses.replace(p, gi=gi) for p in processes)
+                new = dataclasses.replace(new, processes=kept + placed)
             write_atomic(path, Usage({**current.gpus, gpu: new}).to_json(), durable=False)
             return new
