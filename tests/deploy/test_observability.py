@@ -269,6 +269,29 @@ def test_every_dashboard_query_runs_against_the_server(
     assert empty == ["max by (Hostname, gpu, namespace, pod) (DCGM_FI_DEV_XID_ERRORS) > 0"]
 
 
+def test_kubegpu_top_reads_prometheus(cluster: tuple[Prometheus, dict[str, str]], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kubegpu.toolkit.top.cli import top
+
+    prometheus, held = cluster
+    prometheus.until('kubegpu_device_idle_seconds{pod="notebook"} > 1')
+    url = f"http://127.0.0.1:{prometheus.port}"
+    no_cluster = str(tmp_path / "no-kubeconfig")  # pending pods need the API: left out without one
+    result = CliRunner().invoke(top, ["--prometheus", url, "--kubeconfig", no_cluster, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {(r["uuid"], r["holder"]): r for r in json.loads(result.output)["gpus"]}
+    assert {r["node"] for r in rows.values()} == {"gpu-node-1"} and len(T4.gpus) == 4
+    shared = held["train"]
+    assert rows[(shared, "ml/train/main")]["utilizationPercent"] == 80.0
+    assert rows[(shared, "ml/serve/main")]["memoryUsedMiB"] == 8192.0  # 6 GiB + 2 GiB of processes
+    assert rows[(held["notebook"], "ml/notebook/main")]["idleSeconds"] > 1
+    result = CliRunner().invoke(
+        top, ["--prometheus", url, "--kubeconfig", no_cluster, "--idle", "1s", "--json"]
+    )
+    assert [r["holder"] for r in json.loads(result.output)["gpus"]] == ["ml/notebook/main"]
+
+
 def test_the_dashboard_is_a_configmap_the_grafana_sidecar_loads(rendered: dict[str, Any]) -> None:
     dashboard = rendered["dashboard"]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"

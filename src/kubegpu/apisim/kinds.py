@@ -95,6 +95,20 @@ NODES = ResourceKind(
     short_names=("no",),
     has_generation=False,
 )
+# Pods, for what tools read of them (the GPU pods, the plugin pods behind the pod proxy in pod_proxy.py);
+# nothing schedules or runs them.
+PODS = ResourceKind(
+    "",
+    ("v1",),
+    "pods",
+    "pod",
+    "Pod",
+    namespaced=True,
+    status=True,
+    field_labels=("spec.nodeName", "status.phase"),
+    short_names=("po",),
+    has_generation=False,
+)
 RESOURCE_SLICES = ResourceKind(
     RESOURCE_GROUP,
     RESOURCE_VERSIONS,
@@ -129,7 +143,15 @@ NODE_FEATURES = ResourceKind(
     NFD_GROUP, ("v1alpha1",), "nodefeatures", "nodefeature", "NodeFeature", namespaced=True, custom=True
 )
 
-ALL_KINDS = (NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES, DEVICE_CLASSES, NODE_FEATURES)
+ALL_KINDS = (
+    NODES,
+    PODS,
+    RESOURCE_SLICES,
+    RESOURCE_CLAIMS,
+    RESOURCE_CLAIM_TEMPLATES,
+    DEVICE_CLASSES,
+    NODE_FEATURES,
+)
 
 
 def find_kind(name: str, kinds: Iterable[ResourceKind] = ALL_KINDS) -> ResourceKind:
