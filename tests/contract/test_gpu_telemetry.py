@@ -151,7 +151,7 @@ async def test_dcgm_series_and_idle_holders_on_whole_gpus() -> None:
         node.inject("--gpu", str(idle_gpu.index), "--utilization", "10")  # at the threshold: still idle
         node.inject("--gpu", "7", "--xid", "48")
 
-        body = await until_metric(port, "DCGM_FI_DEV_GPU_UTIL", 95.0, UUID=busy_uuid)
+        body = await until_metric(port, "DCGM_FI_DEV_GPU_UTIL", 95.0, UUID=busy_uuid, pod="trainer")
         # The labels dcgm-exporter writes, with the holder; a free GPU has empty holder labels.
         labels = next(
             dict(k) for k in series(body, "DCGM_FI_DEV_POWER_USAGE") if dict(k)["UUID"] == busy_uuid

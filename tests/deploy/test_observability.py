@@ -235,7 +235,8 @@ def test_prometheus_scrapes_dcgm_utilisation_per_container_memory_and_idle_time(
 ) -> None:
     prometheus, held = cluster
     shared = held["train"]
-    util = prometheus.until(f'DCGM_FI_DEV_GPU_UTIL{{UUID="{shared}"}} == 80')
+    util = prometheus.until(f'count by (UUID) (DCGM_FI_DEV_GPU_UTIL{{UUID="{shared}", pod!=""}} == 80) == 2')
+    util = prometheus.vector(f'DCGM_FI_DEV_GPU_UTIL{{UUID="{shared}"}}')
     assert sorted(labels["pod"] for labels, _ in util) == ["serve", "train"]
     assert all(labels["Hostname"] == "gpu-node-1" and labels["modelName"] == "Tesla T4" for labels, _ in util)
 

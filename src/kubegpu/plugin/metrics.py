@@ -264,6 +264,8 @@ class PluginMetrics:
         self._pod_resources_read = False  # the last attempt succeeded
         self._pod_resources_error: PodResourcesError | None = None  # the last failure, until a success
         self.last_xid: dict[str, int] = {}  # GPU UUID -> the last XID seen (DCGM_FI_DEV_XID_ERRORS)
+        # Families formatted elsewhere (the GPU telemetry, off the event loop): (openmetrics) -> bytes.
+        self.appendix: Callable[[bool], bytes] | None = None
 
     # --- what the daemon reports ----------------------------------------------------------------------
 
@@ -344,12 +346,14 @@ class PluginMetrics:
             await self._refresh_pod_resources(self.pod_resources)
         encoder, content_type = choose_encoder(accept or "")
         body = encoder(self.registry)
-        if self.pod_resources is None:
+        openmetrics = body.endswith(OPENMETRICS_EOF)
+        extra = self.appendix(openmetrics) if self.appendix is not None else b""
+        if self.pod_resources is None and not extra:
             return body, content_type
-        pods = self._pod_devices.text
-        if body.endswith(OPENMETRICS_EOF):  # OpenMetrics: every family comes before the end marker
-            return body[: -len(OPENMETRICS_EOF)] + pods + OPENMETRICS_EOF, content_type
-        return body + pods, content_type
+        pods = self._pod_devices.text if self.pod_resources is not None else b""
+        if openmetrics:  # every family comes before the end marker
+            return body[: -len(OPENMETRICS_EOF)] + pods + extra + OPENMETRICS_EOF, content_type
+        return body + pods + extra, content_type
 
     async def _refresh_pod_resources(self, client: PodResourcesClient) -> None:
         started = time.perf_counter()

@@ -2,9 +2,9 @@
 
 `Telemetry.run` (a supervised task) samples the served inventory's devices in a worker thread
 (`node/usage.py`), reads the cgroup of each process found (`node/proc_cgroup.py`) and the kubelet's pod
-UIDs per device (`kubelet_checkpoint.py`), and keeps the result. A scrape only formats the last sample
-(`telemetry_metrics.py`), so neither scrapes nor Allocate ever wait on NVML, and a hung NVML call delays
-the next sample, nothing else.
+UIDs per device (`kubelet_checkpoint.py`), and hands the snapshot to `on_sample` in that thread, where
+`telemetry_metrics.py` formats the series. A scrape only appends those bytes, so neither scrapes nor
+Allocate wait on NVML or on formatting, and a hung NVML call delays the next sample, nothing else.
 
 Idle time: a device is active in a sample when its utilisation is above --idle-threshold (for MIG devices,
 whose utilisation NVML does not report, when any compute process runs on it). A holder has been idle since
@@ -87,10 +87,12 @@ class Telemetry:
         self.idle = IdleClock(idle_threshold_percent)
         self.latest: TelemetrySnapshot | None = None
         self._reader: UsageReader | None = None
+        # Called in the sampler thread with each new snapshot (telemetry_metrics formats it there).
+        self.on_sample: Callable[[TelemetrySnapshot], None] | None = None
 
     async def run(self) -> None:
         while True:
-            self.latest = await asyncio.to_thread(self.sample_once)
+            await asyncio.to_thread(self.sample_once)
             await asyncio.sleep(self.interval_s)
 
     def sample_once(self) -> TelemetrySnapshot:
@@ -111,4 +113,8 @@ class Telemetry:
         if unreadable:
             log.debug("%d GPU processes not visible under %s", unreadable, self.proc_root)
         device_pods = read_device_pods(self.plugin_dir) if pids else {}
-        return TelemetrySnapshot(sample, containers, device_pods)
+        snapshot = TelemetrySnapshot(sample, containers, device_pods)
+        self.latest = snapshot
+        if self.on_sample is not None:
+            self.on_sample(snapshot)
+        return snapshot

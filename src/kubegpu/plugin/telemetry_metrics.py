@@ -19,7 +19,9 @@ import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from kubegpu.node.inventory import Inventory
 from kubegpu.node.nvml.backend import NvmlApi
@@ -63,8 +65,8 @@ def dcgm_labels(device: DeviceUse, hostname: str) -> dict[str, str]:
 
 
 class TelemetryCollector:
-    """A prometheus_client collector over `Telemetry.latest`; `holders` and `last_xid` are read at scrape
-    time from PluginMetrics (PodResources as of this scrape, the last XID per GPU UUID)."""
+    """A prometheus_client collector over `Telemetry.latest`; `holders` and `last_xid` come from
+    PluginMetrics (PodResources as of the last scrape, the last XID per GPU UUID)."""
 
     def __init__(
         self,
@@ -211,11 +213,35 @@ def install_telemetry(
     collector = TelemetryCollector(
         telemetry,
         holders=lambda: [_holder(row) for row in metrics.holders()],
-        last_xid=lambda: metrics.last_xid,
+        last_xid=lambda: dict(metrics.last_xid),
         hostname=settings.node_name or socket.gethostname(),
     )
-    metrics.registry.register(collector)
+    exposition = Exposition(collector)
+    telemetry.on_sample = exposition.update
+    metrics.appendix = exposition.text
     return telemetry
+
+
+class Exposition:
+    """The telemetry families formatted in the sampler thread, in both formats, for the next scrapes.
+
+    Formatting a node's few hundred series takes milliseconds of Python; done at scrape time on the
+    daemon's one event loop it would hold up the Allocate calls that arrive meanwhile. The holders are
+    PodResources' as of the last scrape, so a new holder shows from the sample after the scrape that saw
+    it."""
+
+    def __init__(self, collector: TelemetryCollector) -> None:
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(collector)
+        self._formatted = (b"", b"")  # (text, OpenMetrics without its end marker); replaced whole
+
+    def update(self, _snapshot: TelemetrySnapshot) -> None:
+        text = generate_latest(self._registry)
+        openmetrics = openmetrics_latest(self._registry).removesuffix(b"# EOF\n")
+        self._formatted = (text, openmetrics)
+
+    def text(self, openmetrics: bool) -> bytes:
+        return self._formatted[1 if openmetrics else 0]
 
 
 def _holder(row: tuple[str, str, str, str, str, str]) -> Holder:

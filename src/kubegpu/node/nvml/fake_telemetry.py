@@ -16,9 +16,9 @@ import pynvml
 
 from kubegpu.node.nvml.fake_handles import DeviceTable, fail
 from kubegpu.node.nvml.fake_usage import GpuUse, ProcessUse, UsageFile
+from kubegpu.node.nvml.pci import WHOLE_GPU
 
 MIB = 1024 * 1024
-NOT_AVAILABLE_U32 = 0xFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE in an unsigned int field
 
 
 class TelemetryCalls(DeviceTable):
@@ -82,7 +82,7 @@ class TelemetryCalls(DeviceTable):
 def _process_info(process: ProcessUse) -> Any:
     info = pynvml.c_nvmlProcessInfo_v3_t()
     info.pid, info.usedGpuMemory = process.pid, process.used_mib * MIB
-    gi = NOT_AVAILABLE_U32 if process.gi is None else process.gi
-    info.gpuInstanceId = gi
-    info.computeInstanceId = NOT_AVAILABLE_U32 if process.gi is None else 0
+    # A process on a whole GPU names no instance, with the same all-ones value events use.
+    info.gpuInstanceId = WHOLE_GPU if process.gi is None else process.gi
+    info.computeInstanceId = WHOLE_GPU if process.gi is None else 0
     return pynvml.nvmlStructToFriendlyObject(info)  # what pynvml hands back
