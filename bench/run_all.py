@@ -123,6 +123,7 @@ def main() -> int:
         "serving_bounds": ["--rounds", "3"],
         "sharing_bench": ["--runs", "200"],
         "metrics_bench": ["--scrapes", "300"],
+        "telemetry_bench": ["--rounds", "200", "--batch", "25"],
         "recovery_latency": ["--rounds", "2"],
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
