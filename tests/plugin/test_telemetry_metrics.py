@@ -54,16 +54,16 @@ def test_mig_series_carry_the_parents_labels_and_the_instance() -> None:
         line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_FB_USED{") and "GPU_I_ID" in line
     ]
     assert mig_line == (
-        'DCGM_FI_DEV_FB_USED{GPU_I_ID="7",GPU_I_PROFILE="1g.5gb",Hostname="n7",UUID="GPU-7f1e",container="c",'
-        'device="nvidia4",gpu="2",modelName="NVIDIA A100-SXM4-40GB",namespace="ml",pci_bus_id="00000000:47:00.0",'
-        'pod="p"} 1200.0'
+        'DCGM_FI_DEV_FB_USED{GPU_I_ID="7",GPU_I_PROFILE="1g.5gb",Hostname="n7",UUID="GPU-7f1e",'
+        'container="c",device="nvidia4",gpu="2",modelName="NVIDIA A100-SXM4-40GB",namespace="ml",'
+        'pci_bus_id="00000000:47:00.0",pod="p"} 1200.0'
     )
     # NVML gives no utilisation on a MIG GPU: no series rather than a made-up 0.
     assert "DCGM_FI_DEV_GPU_UTIL{" not in body
     assert 'DCGM_FI_DEV_POWER_USAGE{GPU_I_ID="7"' in body  # the parent's, as dcgm-exporter reports
     assert (
-        'kubegpu_container_gpu_memory_used_bytes{UUID="MIG-5c3d",container="c",gpu="2",namespace="ml",pod="p"} '
-        "1.2582912e+09" in body
+        'kubegpu_container_gpu_memory_used_bytes{UUID="MIG-5c3d",container="c",gpu="2",namespace="ml",'
+        'pod="p"} 1.2582912e+09' in body
     )
     assert "kubegpu_container_gpu_utilization_ratio{" not in body
 
