@@ -257,6 +257,7 @@ def test_every_dashboard_query_runs_against_the_server(
 ) -> None:
     prometheus, _ = cluster
     prometheus.until("kubegpu_device_idle_seconds")
+    prometheus.until("rate(kubegpu_allocations_total[5m])")  # a rate needs two scrapes
     dashboard = json.loads(rendered["dashboard"]["data"]["kubegpu.json"])
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     assert len(exprs) >= 15

@@ -106,8 +106,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
                 a.inject, "--gpu", str(index), "--utilization", "90", "--memory-used", "20480"
             )
         last = next(g for g in A100.gpus if g.uuid == held["train"][-1])
-        await until_metric(ports["node-a"], "DCGM_FI_DEV_GPU_UTIL", 90.0, UUID=last.uuid)
-        await until_metric(ports["node-b"], "kubegpu_device_idle_seconds", 0.0, pod="notebook")
+        await until_metric(ports["node-a"], "DCGM_FI_DEV_GPU_UTIL", 90.0, UUID=last.uuid, pod="train")
+        await until_metric(ports["node-b"], "kubegpu_device_idle_seconds", None, pod="notebook")
         with ApiServerSim() as api:
             for name, port in ports.items():
                 pod = api.create("pods", plugin_pod(f"kubegpu-device-plugin-{name}", name, port), "kubegpu")

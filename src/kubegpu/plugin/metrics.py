@@ -331,7 +331,7 @@ class PluginMetrics:
         self._task_restarts.labels(name).inc()
 
     def holders(self) -> list[tuple[str, str, str, str, str, str]]:
-        """Who holds our devices as of the last scrape: (container, device_id, namespace, pod, resource,
+        """Who holds our devices as PodResources last said: (container, device_id, namespace, pod, resource,
         uuid) rows of kubegpu_pod_device_info; none while PodResources cannot be read."""
         return self._pod_devices.rows
 
@@ -354,6 +354,12 @@ class PluginMetrics:
         if openmetrics:  # every family comes before the end marker
             return body[: -len(OPENMETRICS_EOF)] + pods + extra + OPENMETRICS_EOF, content_type
         return body + pods + extra, content_type
+
+    async def refresh_pod_resources(self) -> None:
+        """Read PodResources now (the GPU telemetry does before each sample, so its holders are fresh
+        without a scrape); a failure is counted as at a scrape."""
+        if self.pod_resources is not None:
+            await self._refresh_pod_resources(self.pod_resources)
 
     async def _refresh_pod_resources(self, client: PodResourcesClient) -> None:
         started = time.perf_counter()

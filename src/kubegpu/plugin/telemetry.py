@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,9 +89,14 @@ class Telemetry:
         self._reader: UsageReader | None = None
         # Called in the sampler thread with each new snapshot (telemetry_metrics formats it there).
         self.on_sample: Callable[[TelemetrySnapshot], None] | None = None
+        # Awaited on the loop before each sample: PodResources read afresh, so the holders are current
+        # whether or not anyone scrapes (`kubegpu top` through the pod proxy may be the only reader).
+        self.before_sample: Callable[[], Awaitable[None]] | None = None
 
     async def run(self) -> None:
         while True:
+            if self.before_sample is not None:
+                await self.before_sample()
             await asyncio.to_thread(self.sample_once)
             await asyncio.sleep(self.interval_s)
 

@@ -218,6 +218,7 @@ def install_telemetry(
     )
     exposition = Exposition(collector)
     telemetry.on_sample = exposition.update
+    telemetry.before_sample = metrics.refresh_pod_resources
     metrics.appendix = exposition.text
     return telemetry
 
@@ -227,8 +228,7 @@ class Exposition:
 
     Formatting a node's few hundred series takes milliseconds of Python; done at scrape time on the
     daemon's one event loop it would hold up the Allocate calls that arrive meanwhile. The holders are
-    PodResources' as of the last scrape, so a new holder shows from the sample after the scrape that saw
-    it."""
+    PodResources' as read just before the sample, so a new holder shows from the next sample on."""
 
     def __init__(self, collector: TelemetryCollector) -> None:
         self._registry = CollectorRegistry(auto_describe=False)
