@@ -150,6 +150,8 @@ async def test_kubectl_gpu_top_reads_every_plugin_through_the_pod_proxy(cluster:
         "largestRequestByNode": {"node-a": 3, "node-b": 3},
         "totalFree": 6,
         "pendingOnlyTogether": [{"namespace": "ml", "pod": "big-train", "gpus": 5}],
+        # The DGX A100's 8 GPUs share NVSwitch: one NVLink group, which train's 5 GPUs split.
+        "splitNvlinkGroups": [{"node": "node-a", "gpus": [str(i) for i in range(8)], "held": 5, "free": 3}],
     }
     # Each plugin's /metrics went through the API server's pod proxy, port by name.
     proxied = sorted(p for p, _ in cluster.api.requests if "/proxy/" in p)
@@ -178,6 +180,7 @@ async def test_top_idle_lists_only_idle_holders_and_the_table_says_it(cluster: C
     row = f"node-a\t{first}\tNVIDIA A100-SXM4-40GB\tHealthy\tml/train/main\t90%\t20.0/40 GiB\t0s"
     assert row.expandtabs() in lines
     assert "free GPUs: node-a 3, node-b 3 (largest request a node can take: 3)" in lines
+    assert "NVLink group node-a GPUs 0,1,2,3,4,5,6,7: 5 held, 3 free (no 8-GPU job fits it)" in lines
     assert "pending ml/big-train asks for 5 GPUs: 6 are free, but no node has that many" in lines
 
 
@@ -201,3 +204,23 @@ def test_bad_input_gets_one_line(tmp_path: Path) -> None:
     assert code == 2 and 'Invalid value for --idle: time: invalid duration "soon" (e.g. 30m, 1h)' in out
     code, out = run(top, "--kubeconfig", str(tmp_path / "none"))
     assert code == 2 and str(tmp_path / "none") in out
+
+
+def test_nvlink_groups_merge_pairs_and_only_split_ones_are_reported() -> None:
+    from kubegpu.toolkit.top.model import NVLINK, GpuRow, NodeMetrics, Sample, fragmentation, nvlink_groups
+
+    def link(a: str, b: str) -> Sample:
+        return Sample(NVLINK, {"UUID": a, "peer_UUID": b}, 12.0)
+
+    # Two NVLink pairs bridged by a third link (one group of 4), and a separate pair.
+    node = NodeMetrics("n", (link("A", "B"), link("C", "D"), link("B", "C"), link("E", "F")))
+    groups = nvlink_groups([node])
+    assert sorted(sorted(g) for g in groups["n"]) == [["A", "B", "C", "D"], ["E", "F"]]
+
+    def row(uuid: str, gpu: str, holder: str = "") -> GpuRow:
+        return GpuRow("n", gpu, uuid, "m", "Healthy", holder, 0.0, 0.0, 1.0, None)
+
+    rows = [row("A", "0", "ns/a/c"), row("B", "1"), row("C", "2"), row("D", "3")]
+    rows += [row("E", "4", "ns/e/c"), row("F", "5", "ns/e/c")]  # a pair held whole: not split
+    frag = fragmentation(rows, [], groups)
+    assert [(g.gpus, g.held, g.free) for g in frag.split_nvlink_groups] == [(("0", "1", "2", "3"), 1, 3)]

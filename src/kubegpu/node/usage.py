@@ -66,6 +66,7 @@ class DeviceUse:
 class UsageSample:
     taken_at: float  # time.monotonic() when the sample was taken
     devices: tuple[DeviceUse, ...] = ()
+    nvlinks: tuple[tuple[str, str, int], ...] = ()  # (GPU UUID, GPU UUID, lanes) of NVLink-connected pairs
 
     def by_uuid(self) -> dict[str, DeviceUse]:
         return {d.uuid: d for d in self.devices}
@@ -86,7 +87,13 @@ class UsageReader:
                 devices.extend(self._sample_gpu(gpu))
             except pynvml.NVMLError as err:  # lost or unreachable now: no values beat wrong ones
                 log.debug("no telemetry from GPU %s: %s", gpu.uuid, err)
-        return UsageSample(self._clock(), tuple(devices))
+        by_index = {g.index: g.uuid for g in inventory.gpus}
+        nvlinks = tuple(
+            (by_index[link.a], by_index[link.b], link.nvlinks)
+            for link in inventory.links
+            if link.nvlinks and link.a in by_index and link.b in by_index
+        )
+        return UsageSample(self._clock(), tuple(devices), nvlinks)
 
     def _sample_gpu(self, gpu: Gpu) -> list[DeviceUse]:
         nvml = self.nvml

@@ -96,6 +96,7 @@ class TelemetryCollector:
         yield from self._dcgm(devices, by_uuid)
         yield from self._containers(devices, holders, snapshot)
         yield from self._idle(devices, by_uuid)
+        yield self._nvlinks(snapshot.sample.nvlinks)
 
     def _holder_labels(
         self, device: DeviceUse, by_uuid: Mapping[str, list[Holder]]
@@ -162,6 +163,17 @@ class TelemetryCollector:
         yield memory
         yield util
         yield unattributed
+
+    def _nvlinks(self, pairs: Iterable[tuple[str, str, int]]) -> Metric:
+        links = Metric(
+            "kubegpu_gpu_nvlink_lanes",
+            "NVLink lanes between two GPUs of this node (each pair once), for the NVLink groups "
+            "`kubegpu top` finds split by allocations.",
+            "gauge",
+        )
+        for a, b, lanes in pairs:
+            links.add_sample(links.name, {"UUID": a, "peer_UUID": b}, float(lanes))
+        return links
 
     def _idle(self, devices: Iterable[DeviceUse], by_uuid: Mapping[str, list[Holder]]) -> Iterator[Metric]:
         idle = Metric(

@@ -19,6 +19,7 @@ from kubegpu.toolkit.top.model import (
     fragmentation,
     gpu_rows,
     idle_over,
+    nvlink_groups,
 )
 from kubegpu.toolkit.top.sources import PLUGIN_SELECTOR, from_pod_proxy, from_prometheus, pending_gpu_pods
 
@@ -93,7 +94,7 @@ def run_top(
     except LiveError as err:
         output.error(str(err), output.EXIT_USAGE)
     rows = gpu_rows(nodes)
-    frag = fragmentation(rows, pending)
+    frag = fragmentation(rows, pending, nvlink_groups(nodes))
     shown = idle_over(rows, idle_s) if idle_s is not None else rows
     errors = [n.error for n in nodes if n.error]
     if as_json:
@@ -157,6 +158,11 @@ def _summary(frag: Fragmentation) -> list[str]:
         + (", ".join(f"{node} {free}" for node, free in sorted(frag.free_by_node.items())) or "none")
         + f" (largest request a node can take: {max(frag.free_by_node.values(), default=0)})"
     ]
+    for group in frag.split_nvlink_groups:
+        lines.append(
+            f"NVLink group {group.node} GPUs {','.join(group.gpus)}: {group.held} held, {group.free} free "
+            f"(no {len(group.gpus)}-GPU job fits it)"
+        )
     for pod in frag.only_together:
         lines.append(
             f"pending {pod.namespace}/{pod.name} asks for {pod.gpus} GPUs: {frag.total_free} are free, "

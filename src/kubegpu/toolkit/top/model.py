@@ -18,7 +18,8 @@ FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 HEALTHY = "kubegpu_device_healthy"
 IDLE = "kubegpu_device_idle_seconds"
-WANTED = (UTIL, FB_USED, FB_FREE, HEALTHY, IDLE)
+NVLINK = "kubegpu_gpu_nvlink_lanes"
+WANTED = (UTIL, FB_USED, FB_FREE, HEALTHY, IDLE, NVLINK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +74,22 @@ class PendingPod:
     gpus: int  # whole GPUs requested (the sum over its containers)
 
 
+@dataclass(frozen=True, slots=True)
+class SplitGroup:
+    """GPUs joined by NVLink on one node, some held and some free: a job as large as the group no longer
+    fits it, and the free ones may not reach each other over NVLink."""
+
+    node: str
+    gpus: tuple[str, ...]  # GPU indices, as dcgm-exporter's `gpu` label
+    held: int
+    free: int
+
+
 @dataclass
 class Fragmentation:
     free_by_node: dict[str, int] = field(default_factory=dict)
     only_together: list[PendingPod] = field(default_factory=list)  # fit the free GPUs, on no one node
+    split_nvlink_groups: list[SplitGroup] = field(default_factory=list)
 
     @property
     def total_free(self) -> int:
@@ -89,6 +102,10 @@ class Fragmentation:
             "totalFree": self.total_free,
             "pendingOnlyTogether": [
                 {"namespace": p.namespace, "pod": p.name, "gpus": p.gpus} for p in self.only_together
+            ],
+            "splitNvlinkGroups": [
+                {"node": g.node, "gpus": list(g.gpus), "held": g.held, "free": g.free}
+                for g in self.split_nvlink_groups
             ],
         }
 
@@ -141,7 +158,26 @@ def _index(text: str) -> int:
     return int(text) if text.isdigit() else 1 << 30
 
 
-def fragmentation(rows: Sequence[GpuRow], pending: Iterable[PendingPod]) -> Fragmentation:
+def nvlink_groups(nodes: Iterable[NodeMetrics]) -> dict[str, list[set[str]]]:
+    """Per node, the GPUs (by UUID) NVLink joins, as connected groups of two or more."""
+    out: dict[str, list[set[str]]] = {}
+    for node in nodes:
+        groups: list[set[str]] = []
+        for s in node.samples:
+            if s.name != NVLINK or s.value <= 0:
+                continue
+            pair = {s.labels.get("UUID", ""), s.labels.get("peer_UUID", "")}
+            touching = [g for g in groups if g & pair]
+            merged = pair.union(*touching)
+            groups = [g for g in groups if not g & pair] + [merged]
+        name = next((s.labels["Hostname"] for s in node.samples if s.labels.get("Hostname")), node.node)
+        out[name] = [g for g in groups if len(g) > 1]
+    return out
+
+
+def fragmentation(
+    rows: Sequence[GpuRow], pending: Iterable[PendingPod], groups: Mapping[str, list[set[str]]] | None = None
+) -> Fragmentation:
     result = Fragmentation()
     held = {(r.node, r.uuid) for r in rows if r.holder}
     for r in rows:
@@ -154,6 +190,13 @@ def fragmentation(rows: Sequence[GpuRow], pending: Iterable[PendingPod]) -> Frag
         result.free_by_node[r.node] += 1
     most = max(result.free_by_node.values(), default=0)
     result.only_together = [p for p in pending if most < p.gpus <= result.total_free]
+    index = {(r.node, r.uuid): r.gpu for r in rows if not r.mig}
+    for node, node_groups in sorted((groups or {}).items()):
+        for group in node_groups:
+            taken = sum(1 for uuid in group if (node, uuid) in held)
+            if 0 < taken < len(group):
+                gpus = tuple(sorted((index.get((node, u), u) for u in group), key=_index))
+                result.split_nvlink_groups.append(SplitGroup(node, gpus, taken, len(group) - taken))
     return result
 
 
