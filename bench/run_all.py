@@ -124,6 +124,7 @@ def main() -> int:
         "largest_config": ["--rounds", "2"],
         "sharing_bench": ["--runs", "200"],
         "metrics_bench": ["--scrapes", "300"],
+        "telemetry_bench": ["--rounds", "200", "--batch", "25"],
         "recovery_latency": ["--rounds", "2"],
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],

@@ -82,6 +82,8 @@ nvmlEventTypeXidCriticalError: int
 nvmlEventTypeClock: int
 
 nvmlGpuFabricInfo_v2: int
+NVML_TEMPERATURE_GPU: int
+NVML_CLOCK_SM: int
 
 # -- errors: NVMLError(code) builds the subclass for the code ---------------------------------------
 
@@ -189,6 +191,27 @@ class c_nvmlEventData_t(_PrintableStructure):
     gpuInstanceId: int
     computeInstanceId: int
 
+class c_nvmlUtilization_t(_PrintableStructure):
+    gpu: int
+    memory: int
+
+class c_nvmlProcessInfo_v3_t(_PrintableStructure):
+    pid: int
+    usedGpuMemory: int
+    gpuInstanceId: int
+    computeInstanceId: int
+
+class c_nvmlProcessUtilizationSample_t(_PrintableStructure):
+    pid: int
+    timeStamp: int
+    smUtil: int
+    memUtil: int
+    encUtil: int
+    decUtil: int
+
+class nvmlFriendlyObject:  # what nvmlStructToFriendlyObject returns: the struct's fields as attributes
+    def __getattr__(self, name: str) -> int | str | None: ...
+
 class c_nvmlGpuFabricInfo_t(_PrintableStructure):
     clusterUuid: Array[c_ubyte]
     status: int
@@ -257,6 +280,16 @@ def nvmlDeviceGetGpuFabricInfo(
 def nvmlDeviceGetGpuFabricInfoV(
     device: c_nvmlDevice_t, gpuFabricInfo: _CArgObject | _Pointer[c_nvmlGpuFabricInfoV_t]
 ) -> int: ...
+def nvmlDeviceGetUtilizationRates(handle: c_nvmlDevice_t) -> c_nvmlUtilization_t: ...
+def nvmlDeviceGetPowerUsage(handle: c_nvmlDevice_t) -> int: ...  # milliwatts
+def nvmlDeviceGetTemperature(handle: c_nvmlDevice_t, sensor: int) -> int: ...
+def nvmlDeviceGetClockInfo(handle: c_nvmlDevice_t, type: int) -> int: ...  # MHz
+def nvmlDeviceGetComputeRunningProcesses(handle: c_nvmlDevice_t) -> list[nvmlFriendlyObject]: ...
+def nvmlDeviceGetMPSComputeRunningProcesses(handle: c_nvmlDevice_t) -> list[nvmlFriendlyObject]: ...
+def nvmlDeviceGetProcessUtilization(
+    handle: c_nvmlDevice_t, timeStamp: int
+) -> list[c_nvmlProcessUtilizationSample_t]: ...
+def nvmlStructToFriendlyObject(struct: Structure) -> nvmlFriendlyObject: ...
 def nvmlDeviceGetSupportedEventTypes(handle: c_nvmlDevice_t) -> int: ...
 def nvmlEventSetCreate() -> c_nvmlEventSet_t: ...
 def nvmlDeviceRegisterEvents(handle: c_nvmlDevice_t, eventTypes: int, eventSet: c_nvmlEventSet_t) -> None: ...

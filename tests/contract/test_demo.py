@@ -32,6 +32,11 @@ def test_demo_runs_and_reports_what_it_shows() -> None:
     (cdi,) = dra["cdi_devices"]
     assert cdi.startswith("k8s.gpu.nvidia.com/claim=") and cdi.endswith("-gpu-0")
     assert dra["exit_code"] == 0
+    # A time-sliced GPU split between two pods, each with its own memory and SM share; an idle holder.
+    usage = results["usage"]
+    assert usage["memory_bytes"] == {"train": 6 * 1024**3, "serve": 2 * 1024**3}
+    assert usage["sm_share"] == {"train": 0.55, "serve": 0.15}
+    assert usage["idle_holder"] == "lab/notebook" and usage["idle_seconds"] >= 1.0
 
 
 def test_demo_human_output_narrates_every_step() -> None:
@@ -45,6 +50,7 @@ def test_demo_human_output_narrates_every_step() -> None:
         "kubelet restarts",
         "recovers by itself",
         "Clean exit",
+        "GPU use: a shared GPU split between two pods, and an idle holder",
         "DRA: the same GPUs through resource.k8s.io",
     ):
         assert step in out.stdout

@@ -222,11 +222,33 @@ ENV_VARS = [
     ({"nvidiaDevRoot": "/"}, {"NVIDIA_DEV_ROOT": "/"}),
     (
         {"health": {"port": 8080}},
-        {"KUBEGPU_HTTP_PORT": "8080", "KUBEGPU_HTTP_ADDRESS": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {
+            "KUBEGPU_HTTP_PORT": "8080",
+            "KUBEGPU_HTTP_ADDRESS": {"fieldRef": {"fieldPath": "status.podIP"}},
+            "KUBEGPU_NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        },
     ),
     (
         {"health": {"port": 8080, "address": "127.0.0.1"}},
-        {"KUBEGPU_HTTP_PORT": "8080", "KUBEGPU_HTTP_ADDRESS": "127.0.0.1"},
+        {
+            "KUBEGPU_HTTP_PORT": "8080",
+            "KUBEGPU_HTTP_ADDRESS": "127.0.0.1",
+            "KUBEGPU_NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        },
+    ),
+    (
+        {
+            "health": {"port": 8080},
+            "observability": {"metricsInterval": 5, "idleThreshold": 0, "hostProc": True},
+        },
+        {
+            "KUBEGPU_HTTP_PORT": "8080",
+            "KUBEGPU_HTTP_ADDRESS": {"fieldRef": {"fieldPath": "status.podIP"}},
+            "KUBEGPU_NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+            "KUBEGPU_METRICS_INTERVAL_SECONDS": "5",
+            "KUBEGPU_IDLE_THRESHOLD": "0",
+            "KUBEGPU_PROC_ROOT": "/host/proc",
+        },
     ),
     (
         {"deviceListStrategy": "cdi-cri"},
@@ -252,6 +274,7 @@ EVERYTHING = {
     "nvidiaDriverRoot": "/run/nvidia/driver",
     "nvidiaDevRoot": "/",
     "health": {"port": 8080},
+    "observability": {"metricsInterval": 5, "idleThreshold": 10, "hostProc": True},
 }
 
 

@@ -34,6 +34,7 @@ from .conftest import (
 PLUGIN_DS = "kubegpu-device-plugin"
 PLUGIN_CTR = "kubegpu-device-plugin-ctr"
 POD_IP = "10.244.3.17"  # what the downward API would give status.podIP on some node
+NODE_NAME = "gpu-node-3"  # ... and spec.nodeName
 
 
 def plugin_ds(objs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -175,10 +176,11 @@ def plugin_settings(ctr: dict[str, Any]) -> Any:
     assert ctr["command"][:2] == ["kubegpu", "plugin"]
     params = plugin_cmd.make_context("plugin", [*ctr["command"][2:], *ctr.get("args", [])]).params
     environ = {}
+    downward = {"status.podIP": POD_IP, "spec.nodeName": NODE_NAME}
     for name, value in env(ctr).items():
         if isinstance(value, dict):
-            assert value == {"fieldRef": {"fieldPath": "status.podIP"}}, (name, value)
-            value = POD_IP
+            assert value["fieldRef"]["fieldPath"] in downward, (name, value)
+            value = downward[value["fieldRef"]["fieldPath"]]
         environ[name] = value
     settings = for_command(PLUGIN)
     return resolve(read_given(settings, {s.name: params.get(s.key) for s in settings if s.flag}, environ))

@@ -124,7 +124,7 @@ def test_pynvml_names_pass_through_and_missing_functions_fail_like_an_old_driver
     assert fake.NVMLError is pynvml.NVMLError
     assert fake.nvmlEventTypeXidCriticalError == pynvml.nvmlEventTypeXidCriticalError
     with raises_nvml(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-        fake.nvmlDeviceGetPowerUsage(fake.nvmlDeviceGetHandleByIndex(0))
+        fake.nvmlDeviceGetFanSpeed(fake.nvmlDeviceGetHandleByIndex(0))
     with pytest.raises(AttributeError):
         _ = fake.nvmlNoSuchFunction
 
@@ -457,7 +457,7 @@ def test_cli_inject_needs_a_state_dir(tmp_path: Path) -> None:
         (["--gpu", "0", "--xid", "48", "--lost"], "exactly one of"),
         (["--xid", "48"], "--xid needs --gpu"),
         (["--gpu", "0", "--wait-error"], "drop --gpu"),
-        (["--gpu", "0", "--lost", "--gi", "1"], "--gi and --ci only go with --xid"),
+        (["--gpu", "0", "--lost", "--gi", "1"], "--gi only goes with --xid or --process"),
         (["--gpu", "4", "--xid", "48"], "has no GPU 4: use 0..3"),
     ],
 )

@@ -87,7 +87,7 @@ def test_good_seconds_are_typed() -> None:
 def test_empty_env_vars_count_as_unset() -> None:
     """Kubernetes manifests often carry `value: ""`; as with click, that means the default."""
     names = [e for s in for_command(PLUGIN) if s.owner == "kubegpu" for e in s.envvars]
-    assert len(names) == 19
+    assert len(names) == 23
     assert DaemonEnv.from_environ(dict.fromkeys(names, "")) == DaemonEnv.default()
     given = plugin(dict.fromkeys(names, ""))
     explicit = {name: v for name, v in given.items() if v.explicit}

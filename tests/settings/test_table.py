@@ -67,6 +67,8 @@ SURFACE = [
         ("KUBEGPU_POD_RESOURCES_SOCKET",),
         "/var/lib/kubelet/pod-resources/kubelet.sock",
     ),
+    ("plugin", "--metrics-interval", (), ("KUBEGPU_METRICS_INTERVAL_SECONDS",), "10"),
+    ("plugin", "--idle-threshold", (), ("KUBEGPU_IDLE_THRESHOLD",), "5"),
     ("plugin", "--dra-gpus", (), ("KUBEGPU_DRA_GPUS",), "none"),
     ("plugin", "--health-grace-period", (), ("KUBEGPU_HEALTH_GRACE_SECONDS",), "60"),
     ("plugin", "--mps-client-limits", (), ("KUBEGPU_MPS_CLIENT_LIMITS",), "true"),
@@ -142,6 +144,8 @@ ENV_ONLY = {
         "KUBEGPU_DISCOVERY_RETRY_SECONDS": "30",
         "KUBEGPU_MPS_RETRY_SECONDS": "30",
         "KUBEGPU_MPS_CONTAINER_ROOT": "/mps",
+        "KUBEGPU_PROC_ROOT": "/proc",
+        "KUBEGPU_NODE_NAME": "",
         "KUBEGPU_CDI_ROOT": "/var/run/cdi",
         "KUBEGPU_FAKE_NVML": "",
         "KUBEGPU_FAKE_NVML_STATE": "",
@@ -199,6 +203,8 @@ def test_each_command_has_exactly_the_tables_flags(command: str) -> None:
     own = {"-v", "--verbose", "--help", "--timeout", "--follow-logs", "--profile", "--json", "--key"}
     own |= {"--gpu", "--xid", "--lost", "--ecc", "--wait-error", "--flaky", "--recover", "--gi", "--ci"}
     own |= {"--meminfo", "--mountinfo", "--dry-run", "--no-follow-logs"}
+    own |= {"--utilization", "--memory-util", "--memory-used", "--power", "--temperature", "--sm-clock"}
+    own |= {"--process", "--mps"}
     assert set(params) - taken <= own  # anything else with an env var would be outside the table
 
 

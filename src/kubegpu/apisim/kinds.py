@@ -95,7 +95,8 @@ NODES = ResourceKind(
     short_names=("no",),
     has_generation=False,
 )
-# Pods, for the status the kubelet writes (allocatedResourcesStatus); no pod validation or defaulting.
+# Pods: the status the kubelet writes (allocatedResourcesStatus), what tools read of them (the GPU pods, the
+# plugin pods behind the pod proxy in pod_proxy.py); no pod validation or defaulting, nothing runs them.
 PODS = ResourceKind(
     "",
     ("v1",),
@@ -106,6 +107,7 @@ PODS = ResourceKind(
     status=True,
     field_labels=("spec.nodeName", "status.phase"),
     short_names=("po",),
+    has_generation=False,
 )
 RESOURCE_SLICES = ResourceKind(
     RESOURCE_GROUP,

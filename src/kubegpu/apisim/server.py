@@ -61,6 +61,7 @@ from .kinds import (
     find_kind,
 )
 from .patch import merge_patch, strategic_merge_patch
+from .pod_proxy import is_proxy_path, proxy_get
 from .routes import DiscoveryRoute, ResourceRoute, parse_path
 from .selectors import matcher
 from .store import DeleteOptions, Event, Obj, Store
@@ -607,6 +608,9 @@ def _handler(server: ApiServerSim) -> type[BaseHTTPRequestHandler]:
                         self._json(fault.status, injected(fault.status).status())
                     return
             try:
+                if method == "GET" and is_proxy_path(url.path):  # pods/proxy: pod_proxy.py
+                    self._raw(*proxy_get(server.store, url.path, query))
+                    return
                 route = parse_path(url.path, server.kinds, server.served)
                 if isinstance(route, DiscoveryRoute):
                     if method != "GET":
@@ -631,9 +635,11 @@ def _handler(server: ApiServerSim) -> type[BaseHTTPRequestHandler]:
             return json.loads(raw) if raw.strip() else None
 
         def _json(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
+            self._raw(code, "application/json", json.dumps(body).encode())
+
+        def _raw(self, code: int, content_type: str, data: bytes) -> None:
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Connection", "close")
             self.end_headers()

@@ -145,6 +145,7 @@ main.lazy_commands.update(
         "lint": "kubegpu.toolkit.cli:lint",
         "explain": "kubegpu.toolkit.cli:explain",
         "doctor": "kubegpu.toolkit.cli:doctor",
+        "top": "kubegpu.toolkit.top.cli:top",
         "config": "kubegpu.configcheck.check:config_group",
         "labels": "kubegpu.labels.cli:labels",
         "config-manager": "kubegpu.configmanager.cli:config_manager",
@@ -169,6 +170,10 @@ main.lazy_help.update(
             "Explain why a GPU pod is Pending, in kube-scheduler's words, and what would let it schedule."
         ),
         "doctor": "Diagnose the classic GPU faults on this node, or across the cluster with --cluster.",
+        "top": (
+            "Show the cluster's GPUs: model, health, holder pod, utilisation, memory, idle time, "
+            "fragmentation."
+        ),
         "config": "Work with NVIDIA-format config files.",
         "labels": (
             "Label this node as NVIDIA's GPU Feature Discovery does (nvidia.com/gpu.product, gpu.count, ...)."

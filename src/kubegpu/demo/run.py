@@ -30,6 +30,7 @@ from kubegpu.common import output
 from kubegpu.demo.dra_act import dra_act
 from kubegpu.demo.dranode import SimulatedDraNode
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
+from kubegpu.demo.usage_act import usage_act, usage_node
 from kubegpu.kubeletsim import Container, EventKind, Pod, SimEvent
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import Inventory
@@ -139,7 +140,11 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
             "its kubelet and the kubegpu plugin. No GPU, no cluster.",
         )
     )
-    async with SimulatedDraNode(profile) as dra_node, SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node:
+    async with (
+        SimulatedDraNode(profile) as dra_node,
+        SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node,
+        usage_node(profile, inventory) as use_node,  # its plugin starts now: its start-up overlaps
+    ):
         say.say(Text(f"work dir {node.root} (removed at the end)", style="dim"))
         xid_gpu = min(PREFERRED_XID_GPU, len(inventory.gpus) - 1)
         demo = _Demo(profile, node, inventory, say, results, xid_gpu=xid_gpu)
@@ -150,6 +155,7 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         await demo.kubelet_restart()
         await demo.recovery()
         await demo.clean_exit()
+        await usage_act(use_node, inventory, say, results)
         await dra_act(dra_node, say, results)
     say.say(
         Text("work dir removed. Try: kubegpu kubelet-sim --help, kubegpu fake-nvml profiles", style="dim")

@@ -80,6 +80,7 @@ from kubegpu.settings.plugin import PluginSettings
 
 if TYPE_CHECKING:
     from kubegpu.plugin.http_endpoint import HttpServer
+    from kubegpu.plugin.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class Daemon:
         self.started_at = time.monotonic()
         self._discovered = False  # the first discovery has finished (GPUs found or not)
         self.metrics: DaemonEvents = NoMetrics()
+        self.telemetry: Telemetry | None = None  # GPU telemetry for /metrics (telemetry.py)
         served_metrics = None
         if settings.http_port:  # prometheus-client only when /metrics is served (events.py says why)
             from kubegpu.plugin.metrics import PluginMetrics
@@ -131,6 +133,11 @@ class Daemon:
                 status=self,
                 pod_resources=PodResourcesClient(pod_resources) if pod_resources else None,
                 tasks=lambda: self.supervisor.states(),
+            )
+            from kubegpu.plugin.telemetry_metrics import install_telemetry
+
+            self.telemetry = install_telemetry(
+                served_metrics, settings, lambda: self.nvml, lambda: self.inventory, self.plugin_dir
             )
         self.supervisor = Supervisor(self._fatal, observer=self.metrics, backoff=restart_backoff)
         self.registrar = Registrar(
@@ -209,6 +216,8 @@ class Daemon:
             await self.registrar.start()
             await self._start_http()
             await self._start_devices()
+            if self.telemetry is not None:
+                self.supervisor.start("gpu-telemetry", self.telemetry.run)
             self.supervisor.start("health-reports", self._apply_health_reports)
             if self.settings.config_file:
                 # A changed config file (config-manager symlink swap, ConfigMap update) reloads like SIGHUP;

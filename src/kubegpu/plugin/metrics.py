@@ -102,10 +102,12 @@ class PodDeviceInfo:
 
     def __init__(self) -> None:
         self._answer: api_pb2.ListPodResourcesResponse | None = None  # what `text` was built from
+        self.rows: list[tuple[str, str, str, str, str, str]] = []
         self.text = self._format([])
 
     def clear(self) -> None:
         self._answer = None
+        self.rows = []
         self.text = self._format([])
 
     def forget_answer(self) -> None:
@@ -127,6 +129,7 @@ class PodDeviceInfo:
                 uuid = uuids.get(h.device_id) or backing_id(h.device_id)
                 rows.append((h.container, h.device_id, h.namespace, h.pod, h.resource, uuid))
         self._answer = answer
+        self.rows = rows
         self.text = self._format(rows)
 
     @classmethod
@@ -268,6 +271,9 @@ class PluginMetrics:
         self._pod_devices = PodDeviceInfo()
         self._pod_resources_read = False  # the last attempt succeeded
         self._pod_resources_error: PodResourcesError | None = None  # the last failure, until a success
+        self.last_xid: dict[str, int] = {}  # GPU UUID -> the last XID seen (DCGM_FI_DEV_XID_ERRORS)
+        # Families formatted elsewhere (the GPU telemetry, off the event loop): (openmetrics) -> bytes.
+        self.appendix: Callable[[bool], bytes] | None = None
 
     # --- what the daemon reports ----------------------------------------------------------------------
 
@@ -314,6 +320,8 @@ class PluginMetrics:
     def xid(self, code: int, gpu_uuid: str | None) -> None:
         """An XID event from NVML; `gpu_uuid` None when NVML could not say which GPU."""
         self._xids.labels(str(code), gpu_uuid or UNKNOWN_GPU).inc()
+        if gpu_uuid:
+            self.last_xid[gpu_uuid] = code
 
     def xid_ignored(self, code: int) -> None:
         """An XID event that is not acted on (the health monitor logs only the first of a storm)."""
@@ -334,6 +342,11 @@ class PluginMetrics:
         """A supervised background task failed and was started again."""
         self._task_restarts.labels(name).inc()
 
+    def holders(self) -> list[tuple[str, str, str, str, str, str]]:
+        """Who holds our devices as PodResources last said: (container, device_id, namespace, pod, resource,
+        uuid) rows of kubegpu_pod_device_info; none while PodResources cannot be read."""
+        return self._pod_devices.rows
+
     # --- scraping -------------------------------------------------------------------------------------
 
     async def render(self, accept: str | None = None) -> tuple[bytes, str]:
@@ -345,12 +358,20 @@ class PluginMetrics:
             await self._refresh_pod_resources(self.pod_resources)
         encoder, content_type = choose_encoder(accept or "")
         body = encoder(self.registry)
-        if self.pod_resources is None:
+        openmetrics = body.endswith(OPENMETRICS_EOF)
+        extra = self.appendix(openmetrics) if self.appendix is not None else b""
+        if self.pod_resources is None and not extra:
             return body, content_type
-        pods = self._pod_devices.text
-        if body.endswith(OPENMETRICS_EOF):  # OpenMetrics: every family comes before the end marker
-            return body[: -len(OPENMETRICS_EOF)] + pods + OPENMETRICS_EOF, content_type
-        return body + pods, content_type
+        pods = self._pod_devices.text if self.pod_resources is not None else b""
+        if openmetrics:  # every family comes before the end marker
+            return body[: -len(OPENMETRICS_EOF)] + pods + extra + OPENMETRICS_EOF, content_type
+        return body + pods + extra, content_type
+
+    async def refresh_pod_resources(self) -> None:
+        """Read PodResources now (the GPU telemetry does before each sample, so its holders are fresh
+        without a scrape); a failure is counted as at a scrape."""
+        if self.pod_resources is not None:
+            await self._refresh_pod_resources(self.pod_resources)
 
     async def _refresh_pod_resources(self, client: PodResourcesClient) -> None:
         started = time.perf_counter()

@@ -6,6 +6,7 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubegpu.common.quoting import VALUE_LIMIT, quote_id
@@ -57,6 +58,10 @@ class PluginSettings:
     http_address: str = ""
     pod_resources_socket: str = ""
     health_grace_s: float = 60.0
+    metrics_interval_s: float = 10.0  # 0: no GPU telemetry
+    idle_threshold_percent: int = 5
+    proc_root: Path = Path("/proc")
+    node_name: str = ""
     dra_gpus: GpuSelection = NO_GPUS  # left to `kubegpu dra`: never served by the plugin
     # NVIDIA's --cdi-disable-hooks and --cdi-feature-flags (no config key, as in NVIDIA's).
     cdi_disable_hooks: tuple[str, ...] = ()
@@ -167,6 +172,10 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
         http_address=str(_value(flags, "http-address")),
         pod_resources_socket=str(_value(flags, "pod-resources-socket")),
         health_grace_s=float(_value(flags, "health-grace-period")),
+        metrics_interval_s=float(_value(flags, "metrics-interval")),
+        idle_threshold_percent=int(_value(flags, "idle-threshold")),
+        proc_root=Path(_value(flags, "proc-root")),
+        node_name=str(_value(flags, "node-name")),
         dra_gpus=_value(flags, "dra-gpus"),
         cdi_disable_hooks=hooks,
         cdi_feature_flags=features,

@@ -199,6 +199,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("pod-resources-socket", ("KUBEGPU_POD_RESOURCES_SOCKET",), DEFAULT_POD_RESOURCES_SOCKET, "str",
             'The kubelet\'s PodResources API, for the which-pod-holds-which-GPU metric; "" turns it off.',
             "kubegpu", _PLUGIN, empty_env="value"),
+    _seconds("metrics-interval", "KUBEGPU_METRICS_INTERVAL_SECONDS", 10.0,
+             "Seconds between GPU telemetry samples for /metrics (dcgm-exporter's DCGM_FI_DEV_* series, "
+             "per-container use, idle time); 0 turns GPU telemetry off.",
+             _PLUGIN, positive=False, flag=True),
+    Setting("idle-threshold", ("KUBEGPU_IDLE_THRESHOLD",), 5, "int",
+            "Utilisation in % at or below which a held GPU counts as idle (kubegpu_device_idle_seconds).",
+            "kubegpu", _PLUGIN, minimum=0, maximum=100),
     Setting("dra-gpus", ("KUBEGPU_DRA_GPUS",), NO_GPUS, "gpus",
             "GPUs served through DRA by `kubegpu dra`, which this plugin leaves out (with their MIG devices "
             "and replicas): all, none, or a comma list of indices and GPU UUIDs.",
@@ -236,6 +243,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mps-container-root", ("KUBEGPU_MPS_CONTAINER_ROOT",), Path(MPS_CONTAINER_ROOT), "path",
             "Where the host's MPS root (--mps-root) is mounted in the plugin's container, to see that each "
             "MPS control daemon answers.",
+            "kubegpu", _PLUGIN, flag=False),
+    Setting("proc-root", ("KUBEGPU_PROC_ROOT",), Path("/proc"), "path",
+            "Where the host's /proc is seen (hostPID, or the host's /proc mounted here), to tell which "
+            "container a GPU process belongs to.",
+            "kubegpu", _PLUGIN, flag=False),
+    Setting("node-name", ("KUBEGPU_NODE_NAME",), "", "str",
+            "This node's name (the downward API's spec.nodeName): the Hostname label of the GPU telemetry; "
+            "empty: the host name.",
             "kubegpu", _PLUGIN, flag=False),
     Setting("cdi-root", (CDI_ROOT_ENV,), Path(DEFAULT_CDI_ROOT), "path",
             "Where the CDI spec files are written (cdi-annotations and cdi-cri strategies).",

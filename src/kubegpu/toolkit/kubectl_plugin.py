@@ -9,6 +9,7 @@ codes); as kubectl commands do, they read the cluster by default:
   kubectl gpu explain POD        = kubegpu explain NS/POD (the namespace from -n or the context)
   kubectl gpu doctor             = kubegpu doctor --cluster (node checks run on the node: kubegpu doctor)
   kubectl gpu lint FILE...       = kubegpu lint FILE... checked against the live cluster (--local: offline)
+  kubectl gpu top                = kubegpu top (the plugins' /metrics through the API server's pod proxy)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import click
 from kubegpu import __version__
 from kubegpu.toolkit import cli as toolkit_cli
 from kubegpu.toolkit.live import KubeTarget
+from kubegpu.toolkit.top.cli import run_top, top_options
 
 PROG = "kubectl gpu"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -152,6 +154,25 @@ def _context_namespace(flags: KubeFlags) -> str:
         return current_namespace(flags.target)
     except LiveError as exc:
         raise click.UsageError(str(exc)) from exc
+
+
+@kubectl_gpu.command("top", context_settings=CONTEXT_SETTINGS)
+@top_options
+@kube_flags
+@click.pass_context
+def top(
+    ctx: click.Context,
+    prometheus: str | None,
+    idle: str | None,
+    selector: str,
+    as_json: bool,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    namespace: str | None,
+) -> None:
+    """The cluster's GPUs: model, health, holder pod, utilisation, memory, idle time, fragmentation."""
+    flags = _flags(ctx, kubeconfig, kube_context, namespace)
+    run_top(flags.target, prometheus, idle, selector, as_json)
 
 
 @kubectl_gpu.command("doctor", context_settings=CONTEXT_SETTINGS)

@@ -192,6 +192,22 @@ def _no_context(name: str, contexts: list[dict[str, Any]]) -> str:
 def load_live(keep: Iterable[tuple[str, str]] = (), target: KubeTarget = CURRENT) -> Snapshot:
     """The cluster of the target kubeconfig context (or, with no kubeconfig and no flags naming one, the
     in-cluster config inside a pod)."""
+    from kubernetes import client
+
+    api = api_client(target)
+    resource = [
+        ("resource.k8s.io/v1", client.ResourceV1Api(api)),
+        ("resource.k8s.io/v1beta2", client.ResourceV1beta2Api(api)),
+        ("resource.k8s.io/v1beta1", client.ResourceV1beta1Api(api)),
+    ]
+    return LiveSource(
+        client.CoreV1Api(api), client.AppsV1Api(api), client.NodeV1Api(api), keep=keep, resource=resource
+    ).snapshot()
+
+
+def api_client(target: KubeTarget = CURRENT) -> Any:
+    """A `kubernetes.client.ApiClient` for the target kubeconfig context (else the in-cluster config);
+    LiveError naming the cause when there is none."""
     config = _kube_config(target.kubeconfig)
     from kubernetes import client
     from kubernetes.config.config_exception import ConfigException
@@ -210,12 +226,4 @@ def load_live(keep: Iterable[tuple[str, str]] = (), target: KubeTarget = CURRENT
             raise LiveError(
                 f"no usable kubeconfig ({kube_exc}); set KUBECONFIG or use --snapshot FILE"
             ) from kube_exc
-    api = client.ApiClient()
-    resource = [
-        ("resource.k8s.io/v1", client.ResourceV1Api(api)),
-        ("resource.k8s.io/v1beta2", client.ResourceV1beta2Api(api)),
-        ("resource.k8s.io/v1beta1", client.ResourceV1beta1Api(api)),
-    ]
-    return LiveSource(
-        client.CoreV1Api(api), client.AppsV1Api(api), client.NodeV1Api(api), keep=keep, resource=resource
-    ).snapshot()
+    return client.ApiClient()

@@ -9,7 +9,9 @@ classes are reachable as attributes (`fake.NVML_ERROR_NOT_FOUND`); a pynvml func
 raises NVML_ERROR_FUNCTION_NOT_FOUND, as an old driver would.
 
 The node comes from a profile (`fake_profile.py`); faults and events from a state directory another
-process can write (`fake_state.py`, `kubegpu fake-nvml inject`); the event calls are in `fake_events.py`.
+process can write (`fake_state.py`, `kubegpu fake-nvml inject`); the event calls are in `fake_events.py`,
+the telemetry calls (utilisation, power, processes; `fake_usage.py` says what `inject` can set) in
+`fake_telemetry.py`.
 
 Behaviour worth knowing:
 - Every call before nvmlInit (or after the last nvmlShutdown) raises NVML_ERROR_UNINITIALIZED; nvmlInit
@@ -52,6 +54,7 @@ from kubegpu.node.nvml.fake_handles import (
 )
 from kubegpu.node.nvml.fake_profile import MigSupport, PciePlacement, Profile, load_profile, summarize
 from kubegpu.node.nvml.fake_state import StateDir
+from kubegpu.node.nvml.fake_telemetry import TelemetryCalls
 from kubegpu.node.nvml.pci import parse_pci_bus_id, sysfs_bus_id
 
 log = logging.getLogger(__name__)
@@ -90,7 +93,7 @@ def _topology_level(a: PciePlacement, b: PciePlacement) -> int:
     return pynvml.NVML_TOPOLOGY_SINGLE if a.switches == b.switches else pynvml.NVML_TOPOLOGY_MULTIPLE
 
 
-class FakeNvml(EventCalls):
+class FakeNvml(EventCalls, TelemetryCalls):
     """A node's NVML as described by a `Profile`, with faults and events from a `StateDir`."""
 
     def __init__(self, profile: Profile, *, name: str = "custom", state_dir: Path | None = None) -> None:
@@ -221,10 +224,12 @@ class FakeNvml(EventCalls):
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
         gpu, mig = self._resolve(handle)
         total = (mig.gi_profile.memory_mib if mig else gpu.model.memory_mib) * MIB
+        use, gi = self._use(handle, mig_ok=True)
+        used = min(use.used_mib(gi) * MIB, total)
         memory = pynvml.c_nvmlMemory_v2_t() if version else pynvml.c_nvmlMemory_t()
         if version:
             memory.version = version
-        memory.total, memory.free, memory.used = total, total, 0
+        memory.total, memory.free, memory.used = total, total - used, used
         return memory
 
     def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import click
 
 from kubegpu.node.nvml.fake_profile import ProfileError, list_profiles
 from kubegpu.node.nvml.fake_state import StateDir, StateDirError
+from kubegpu.node.nvml.fake_usage import UsageFile
+from kubegpu.node.nvml.fake_use_options import describe_use, use_from_options, use_options
 from kubegpu.node.nvml.pci import WHOLE_GPU
 from kubegpu.settings.given import read_given
 from kubegpu.settings.nvidia_config import ConfigError
@@ -71,8 +74,13 @@ def profiles(as_json: bool) -> None:
 @click.option(
     "--recover", is_flag=True, help="Undo --lost, --flaky and pending ECC row remaps, as a GPU reset would."
 )
-@click.option("--gi", type=click.IntRange(min=0), help="With --xid: the MIG GPU instance id the event names.")
+@click.option(
+    "--gi",
+    type=click.IntRange(min=0),
+    help="With --xid: the MIG GPU instance id the event names; with --process: the one they run on.",
+)
 @click.option("--ci", type=click.IntRange(min=0), help="With --xid: the MIG compute instance id.")
+@use_options
 def inject(
     state_dir: str | None,
     gpu: int | None,
@@ -84,6 +92,7 @@ def inject(
     recover: bool,
     gi: int | None,
     ci: int | None,
+    **use: Any,
 ) -> None:
     """Inject one fault into a running fake NVML.
 
@@ -94,14 +103,22 @@ def inject(
       kubegpu fake-nvml inject --gpu 2 --flaky 0.05
       kubegpu fake-nvml inject --gpu 3 --recover
       kubegpu fake-nvml inject --wait-error
+      kubegpu fake-nvml inject --gpu 1 --utilization 85 --process 4242:20480:60 --process 4343:8192:25
+
+    The use options (--utilization ... --process) can be combined; each sets only what it names, and
+    --process (repeatable, PID:MIB[:SM %]) replaces the GPU's processes (those of --gi on a MIG GPU).
     """
+    use_changes, processes = use_from_options(use, gi)
     actions = {"--xid": xid is not None, "--lost": lost, "--ecc": ecc is not None}
     actions |= {"--wait-error": wait_error, "--flaky": flaky is not None, "--recover": recover}
+    actions |= {"a use option": bool(use_changes) or processes is not None}
     chosen = [name for name, on in actions.items() if on]
     if len(chosen) != 1:
         raise click.UsageError(f"give exactly one of {', '.join(actions)} (got {len(chosen)})")
-    if (gi is not None or ci is not None) and xid is None:
-        raise click.UsageError("--gi and --ci only go with --xid")
+    if ci is not None and xid is None:
+        raise click.UsageError("--ci only goes with --xid")
+    if gi is not None and xid is None and processes is None:
+        raise click.UsageError("--gi only goes with --xid or --process")
     if (gpu is None) != wait_error:
         raise click.UsageError(
             "--wait-error affects every GPU, drop --gpu" if wait_error else f"{chosen[0]} needs --gpu INDEX"
@@ -132,6 +149,10 @@ def inject(
             assert gpu is not None
             state.recover(gpu)
             done = f"GPU {gpu} recovered"
+        elif use_changes or processes is not None:
+            assert gpu is not None
+            UsageFile(state).set_gpu(gpu, use_changes, processes, gi)
+            done = f"{describe_use(use_changes, processes)} on GPU {gpu}"
         else:
             state.inject_wait_error()
             done = "an NVML event wait error"

@@ -183,7 +183,7 @@ class StateDir:
 
     def update_gpu_faults(self, gpu: int, change: Callable[[GpuFaults], GpuFaults]) -> GpuFaults:
         """Read-modify-write one GPU's faults under the directory lock."""
-        with self._locked():
+        with self.locked():
             path = self.path / FAULTS_FILE
             current = Faults.from_json(_read_state_file(path), path) if path.exists() else Faults()
             new = change(current.gpu(gpu))
@@ -194,7 +194,7 @@ class StateDir:
 
     def append_event(self, record: EventRecord) -> None:
         # One write of one line with O_APPEND: readers see whole lines or nothing of it.
-        with self._locked():
+        with self.locked():
             fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, record.to_line())
@@ -275,7 +275,8 @@ class StateDir:
         )
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def locked(self) -> Iterator[None]:
+        """The directory's lock: writers of its files (faults, events, usage) take it in turn."""
         with open(self.path / _LOCK_FILE, "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
