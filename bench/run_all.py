@@ -116,6 +116,7 @@ def main() -> int:
     plan = {
         "allocate_latency": ["--rounds", str(args.rounds), "--batch", "250"],
         "preferred_bench": ["--rounds", "10", "--batch", "20", "--requests", "240", "--jobs", "400"],
+        "preferred_topology_cache": ["--repeats", "100"],
         "restart_recovery": ["--restarts", str(args.restarts)],
         "xid_latency": ["--injections", str(args.injections)],
         "cold_start": ["--runs", str(args.runs)],
