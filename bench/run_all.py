@@ -128,6 +128,7 @@ def main() -> int:
         "recovery_latency": ["--rounds", "2"],
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
+        "lint_bench": ["--runs", "2"],
         "hostile_config_bench": ["--runs", "3"],
         "slice_publish": ["--rounds", "60"],
         "cli_help": ["--runs", "15"],
