@@ -116,6 +116,7 @@ def main() -> int:
     plan = {
         "allocate_latency": ["--rounds", str(args.rounds), "--batch", "250"],
         "preferred_bench": ["--rounds", "10", "--batch", "20", "--requests", "240", "--jobs", "400"],
+        "preferred_topology_cache": ["--repeats", "100"],
         "restart_recovery": ["--restarts", str(args.restarts)],
         "xid_latency": ["--injections", str(args.injections)],
         "cold_start": ["--runs", str(args.runs)],
@@ -128,6 +129,7 @@ def main() -> int:
         "recovery_latency": ["--rounds", "2"],
         "fault_suite": ["--restarts", "100", "--kills", "10", "--recreates", "10", "--storm-seconds", "3"],
         "toolkit_bench": [],
+        "lint_bench": ["--runs", "2"],
         "hostile_config_bench": ["--runs", "3"],
         "slice_publish": ["--rounds", "60"],
         "cli_help": ["--runs", "15"],

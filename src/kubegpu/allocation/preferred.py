@@ -26,12 +26,13 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 
 from kubegpu.allocation.best_set import solve
 from kubegpu.allocation.device_ids import any_annotated, backing_id
 from kubegpu.allocation.resources import Resource
-from kubegpu.allocation.symmetry import node_swaps, request_swaps
+from kubegpu.allocation.symmetry import Swap, node_swaps, request_swaps
 from kubegpu.common.quoting import quote_id, quote_ids
 from kubegpu.node.inventory import GpuLink, LinkLevel
 from kubegpu.settings.choices import DISTRIBUTED, PACKED
@@ -166,26 +167,78 @@ def _best_gpu_set(
     index_of = {d: resource.device(d).gpu_index for d in [*required, *candidates]}  # type: ignore[union-attr]
     by_index = {index_of[d]: d for d in candidates}
     cand = sorted(by_index)
-    # Scores over every GPU of the resource: its interchangeable groups are found once per topology
-    # (`symmetry.node_swaps`), and each request keeps those its availability leaves intact.
-    node = sorted({d.gpu_index for d in resource.devices})
-    node_scores = _link_scores(node, links)
-    position = {g: k for k, g in enumerate(node)}
+    # Scores over every GPU of the resource and its interchangeable groups depend only on the node's
+    # topology: built once per link map (one per inventory) and GPU set, then filtered per request. So
+    # does the answer to a request (which GPUs are free and held, how many more): remembered too, as the
+    # kubelet asks the same question for every pod of a size while the node's free GPUs stay the same.
+    topology = _node_topology(resource, links)
+    position = {g: k for k, g in enumerate(topology.node)}
     where = [position[i] for i in cand]
     held = [position[index_of[d]] for d in required]
-    if held or len(where) < len(node):
+    question = (tuple(where), tuple(held), needed)
+    answer = topology.answers.get(question)
+    if answer is None:
+        answer = _search(topology, where, held, needed, [*cand, *(index_of[d] for d in required)], links)
+        if len(topology.answers) >= ANSWERS_KEPT:
+            topology.answers.clear()
+        topology.answers[question] = answer
+    return [by_index[cand[i]] for i in answer]
+
+
+def _search(
+    topology: _Topology,
+    where: list[int],
+    held: list[int],
+    needed: int,
+    gpus: list[int],
+    links: Mapping[tuple[int, int], GpuLink],
+) -> tuple[int, ...]:
+    """The positions among the candidates (`where`) of the best set, sorted: the exact search."""
+    node_scores = topology.scores
+    if held or len(where) < len(topology.node):
         pick = itemgetter(*where, *held)
         scores = (
             [list(pick(node_scores[p])) for p in [*where, *held]] if len(where) + len(held) > 1 else [[0]]
         )
     else:
         scores = node_scores  # every GPU is a candidate, in node order
-    _warn_missing_links([*cand, *(index_of[d] for d in required)], scores, links)
-    n = len(cand)
+    _warn_missing_links(gpus, scores, links)
+    n = len(where)
     w = [row[:n] for row in scores[:n]]
     wr = [sum(row[n:]) for row in scores[:n]]
-    swaps = request_swaps(node_swaps(node_scores), where, held)
-    return [by_index[cand[i]] for i in sorted(solve(w, wr, needed, swaps=swaps))]
+    swaps = request_swaps(topology.swaps, where, held)
+    return tuple(sorted(solve(w, wr, needed, swaps=swaps)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Topology:
+    links: Mapping[tuple[int, int], GpuLink]  # kept, so its identity cannot be reused by another mapping
+    node: tuple[int, ...]  # the GPU indices of the resource, sorted
+    scores: list[list[int]]
+    swaps: tuple[Swap, ...]
+    # (free positions, held positions, how many more) -> the chosen positions among the free ones
+    answers: dict[tuple[tuple[int, ...], tuple[int, ...], int], tuple[int, ...]]
+
+
+_TOPOLOGIES: list[_Topology] = []
+TOPOLOGIES_KEPT = 4  # a node has one inventory at a time; a reload or rediscovery brings the next
+ANSWERS_KEPT = 4096  # per topology: 16 GPUs have 65,536 free sets, few of which a node ever shows
+
+
+def _node_topology(resource: Resource, links: Mapping[tuple[int, int], GpuLink]) -> _Topology:
+    """The resource's GPUs in order, their pair scores, the node's interchangeable groups and the answers
+    given so far, remembered by the link map's identity (`Inventory.link_map` returns one mapping per
+    snapshot) and the GPU set: rebuilding and re-hashing the score matrix on every request, and searching
+    again for a question already answered, were most of a 16-GPU request's time."""
+    node = tuple(sorted({d.gpu_index for d in resource.devices}))
+    for known in _TOPOLOGIES:
+        if known.links is links and known.node == node:
+            return known
+    scores = _link_scores(node, links)
+    topology = _Topology(links, node, scores, node_swaps(scores), {})
+    del _TOPOLOGIES[TOPOLOGIES_KEPT - 1 :]
+    _TOPOLOGIES.insert(0, topology)
+    return topology
 
 
 def _link_scores(indices: Sequence[int], links: Mapping[tuple[int, int], GpuLink]) -> list[list[int]]:

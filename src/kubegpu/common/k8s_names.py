@@ -8,6 +8,7 @@ is used because Go's `$` never matches before a trailing newline while Python's 
 
 from __future__ import annotations
 
+import functools
 import re
 
 _DEFAULT_NAMESPACE_PREFIX = "kubernetes.io/"
@@ -46,6 +47,7 @@ def is_native_resource_name(name: str) -> bool:
     return "/" not in name or _DEFAULT_NAMESPACE_PREFIX in name
 
 
+@functools.lru_cache(maxsize=4096)  # a pure rule over names that repeat: lint asks it for every container
 def is_extended_resource_name(name: str) -> bool:
     """True iff `name` is an extended resource: the kubelet accepts it as a device-plugin resource name
     (spec §3) and the API server takes it in a container's requests and limits."""

@@ -62,8 +62,10 @@ SOCKET_MODE = 0o600
 # Any client decides how often these happen: a few lines a minute, the rest counted (and in the metrics).
 REFUSALS = LogThrottle(log, interval_s=60.0, burst=5)
 UNDECODABLE = LogThrottle(log, interval_s=60.0, burst=1)
-# Every ListAndWatch opened is logged at most once a minute per resource, with how many were not.
+# Every ListAndWatch opened is logged at most once a minute per resource, with how many were not; so are the
+# calls refused because the socket is busy (counted in kubegpu_rpc_refusals_total, each one).
 STREAM_OPENS = LogThrottle(log, interval_s=60.0, burst=1)
+BUSY = LogThrottle(log, interval_s=60.0, burst=1)
 
 M = TypeVar("M", bound=Message)
 
@@ -341,7 +343,7 @@ class ResourceServer(api_pb2_grpc.DevicePluginServicer):
             )
         if self._metrics is not None:
             self._metrics.rpc_refused(self.name, rpc, "busy")
-        REFUSALS.warning(f"{rpc} {self.name} busy", "refusing %s", message)
+        BUSY.warning(f"{rpc} {self.name}", "refusing %s", message)
         return message
 
     def _refuse(

@@ -139,6 +139,20 @@ def lint_files(
 ) -> None:
     """Lint `files` and exit: against the snapshot when given, else the live cluster `live` names (if any).
     `namespace` fills in objects that name none (kubectl apply -n)."""
+    # The manifests' data and node trees live until the command ends and hold no cycles: the collector would
+    # only re-scan them (60,000 pods: 21.6 s of CPU with it, 5 s without).
+    with _collector_paused():
+        _lint_files(files, snapshot_path, plugin_config, as_json, live, namespace)
+
+
+def _lint_files(
+    files: tuple[str, ...],
+    snapshot_path: str | None,
+    plugin_config: str | None,
+    as_json: bool,
+    live: KubeTarget | None,
+    namespace: str | None,
+) -> None:
     manifests = Manifests()
     for name in files:
         try:
@@ -155,8 +169,7 @@ def lint_files(
                 obj.namespace = obj.namespace or namespace
     options = LintOptions()
     if snapshot_path or live is not None:
-        with _collector_paused():
-            options.cluster = ClusterFacts.of(_snapshot_or_live(snapshot_path, target=live or CURRENT))
+        options.cluster = ClusterFacts.of(_snapshot_or_live(snapshot_path, target=live or CURRENT))
     if plugin_config:
         from kubegpu.settings.nvidia_config import ConfigError
         from kubegpu.toolkit.lint.plugin_config import fail_requests_greater_than_one

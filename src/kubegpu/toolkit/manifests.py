@@ -17,7 +17,32 @@ import yaml
 from kubegpu.toolkit.dra_facts import DRA_KINDS
 from kubegpu.toolkit.model import PodSpec
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _LOADER(_SAFE_LOADER):  # type: ignore[misc,valid-type]  # (a C class when libyaml is there)
+    """The safe loader, with the per-node work of its resolver cut down for files of 60,000 pods: the safe
+    loader has no path resolvers, so descending and ascending them does nothing, and a plain scalar's tag
+    depends on its text alone, so it is looked up once per distinct text (manifests repeat theirs)."""
+
+    _tags: dict[str, str] = {}
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is not yaml.ScalarNode or not implicit[0]:
+            return super().resolve(kind, value, implicit)
+        tag = self._tags.get(value)
+        if tag is None:
+            if len(self._tags) > 65_536:
+                self._tags.clear()
+            tag = self._tags[value] = super().resolve(kind, value, implicit)
+        return tag
+
 
 # Where each workload kind keeps its pod spec.
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -56,20 +81,42 @@ def path_text(path: Path) -> str:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Where a YAML document's root node lies in its file's text: composed again only if a finding needs
+    a line in it, so 60,000 documents do not keep 1.5 million nodes alive for the few that do."""
+
+    text: str  # the whole file's text, shared by its documents
+    start: int
+    end: int
+    line: int  # 0-based line of `start`
+
+
 @dataclass
 class Source:
-    """One document of one file, with its YAML node tree for line numbers (None for plain JSON)."""
+    """One document of one file, with its YAML node tree for line numbers (None for plain JSON), or where
+    to compose it from when it is first asked for a line."""
 
     file: str
     doc: int  # 1-based
     node: yaml.Node | None = None
+    segment: Segment | None = None
+    _offset: int = 0  # lines before the composed node's text (a segment's line)
 
     def line(self, path: Path) -> int | None:
         """1-based line of the deepest node along `path` that exists."""
+        if self.node is None and self.segment is not None:
+            segment, self.segment = self.segment, None
+            with contextlib.suppress(yaml.YAMLError):
+                self.node = yaml.compose(segment.text[segment.start : segment.end], Loader=_LOADER)
+            self._offset = segment.line
+            if self.node is None:
+                return segment.line + 1
         node = self.node
         if node is None:
             return None
-        best = node.start_mark.line + 1
+        offset = self._offset
+        best = node.start_mark.line + 1 + offset
         for part in path:
             if isinstance(node, yaml.MappingNode) and isinstance(part, str):
                 match = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
@@ -79,7 +126,7 @@ class Source:
                 match = None
             if match is None:
                 break
-            node, best = match, match.start_mark.line + 1
+            node, best = match, match.start_mark.line + 1 + offset
         return best
 
 
@@ -214,6 +261,7 @@ def _walk(obj: Any, source: Source, prefix: Path, out: Manifests) -> None:
 
 
 def _yaml_documents(text: str, file: str) -> Iterator[tuple[Source, Any]]:
+    """Each document as it is composed (one at a time, its node tree kept for line numbers) and its data."""
     loader = _LOADER(text)
     try:
         doc = 0
@@ -222,9 +270,60 @@ def _yaml_documents(text: str, file: str) -> Iterator[tuple[Source, Any]]:
             doc += 1
             if node is None:
                 continue
-            yield Source(file, doc, node), loader.construct_document(node)
+            start, end = node.start_mark, node.end_mark
+            # The node tree is dropped: its segment composes it again if a finding asks for a line.
+            segment = Segment(text, start.index, end.index, start.line) if start.index < end.index else None
+            yield Source(file, doc, None if segment else node, segment), _construct(loader, node)
     finally:
         loader.dispose()
+
+
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+class _Unusual(Exception):
+    """A document the fast path leaves to PyYAML's constructor (merge keys, sets, custom tags, deep)."""
+
+
+def _construct(loader: Any, node: yaml.Node) -> Any:
+    """The document's data from its composed nodes, as PyYAML's safe constructor builds it, about 3x
+    faster: plain maps, lists and strings (nearly all of a manifest) are built directly, every other scalar
+    by PyYAML's own constructor for its tag; an aliased node is built once and shared, as PyYAML does. What
+    this does not cover goes to `construct_document`, which says what is wrong in its words."""
+    try:
+        return _build(loader, node, {})
+    except (_Unusual, RecursionError):
+        return loader.construct_document(node)
+
+
+def _build(loader: Any, node: yaml.Node, built: dict[int, Any]) -> Any:
+    known = built.get(id(node), built)
+    if known is not built:
+        return known
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag == _STR:
+            value: Any = node.value
+        else:
+            construct = loader.yaml_constructors.get(node.tag)
+            if construct is None:
+                raise _Unusual
+            value = construct(loader, node)
+    elif isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
+        value = built[id(node)] = []
+        value.extend(_build(loader, item, built) for item in node.value)
+    elif isinstance(node, yaml.MappingNode) and node.tag == _MAP:
+        value = built[id(node)] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _Unusual
+            key = _build(loader, key_node, built)
+            if isinstance(key, list | dict):
+                raise _Unusual  # unhashable: PyYAML's error names it
+            value[key] = _build(loader, value_node, built)
+    else:
+        raise _Unusual
+    built[id(node)] = value
+    return value
 
 
 def parse_text(text: str, file: str, out: Manifests | None = None) -> Manifests:
