@@ -260,6 +260,8 @@ def _tolerations(value: Any, where: str) -> tuple[DeviceToleration, ...]:
 
 def _nanos(value: Any, where: str) -> int:
     raw = _dict(value, where).get("value")
+    if raw is None:
+        raise ModelError(f"{where}.value is missing: a counter needs an amount")
     try:
         return quantity.parse_nanos(raw)
     except quantity.QuantityError as err:

@@ -106,7 +106,8 @@ def gather_pools(
                 name,
                 tuple(members),
                 not complete,
-                _invalid_reason(members, unreached, counter_sets, partitionable_devices),
+                # An incomplete pool's counter sets may still be on their way: not checked until complete.
+                _invalid_reason(members, unreached, counter_sets, partitionable_devices and complete),
                 counter_sets,
                 unreached if partitionable_devices else (),
             )
