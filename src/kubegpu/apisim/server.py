@@ -60,6 +60,7 @@ from .kinds import (
     field_value,
     find_kind,
 )
+from .partitionable import drop_disabled_sharing_fields
 from .patch import merge_patch, strategic_merge_patch
 from .routes import DiscoveryRoute, ResourceRoute, parse_path
 from .selectors import matcher
@@ -315,6 +316,7 @@ class ApiServerSim:
             for device in (obj.get("spec") or {}).get("devices") or []:
                 if isinstance(device, dict):
                     device.pop("taints", None)
+        drop_disabled_sharing_fields(kind, obj, self.feature_gates)
 
     # ---- serving ---------------------------------------------------------------------------------
 
