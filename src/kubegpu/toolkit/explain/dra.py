@@ -27,7 +27,7 @@ from kubegpu.resourceapi import (
     parse_slice,
 )
 from kubegpu.resourceapi import Node as DraNode
-from kubegpu.resourceapi.explain import AVAILABLE, IN_USE
+from kubegpu.resourceapi.explain import AVAILABLE, CAPACITY, COUNTERS, IN_USE
 from kubegpu.resourceapi.nodes import selector_matches
 from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES, claim_from_template, slices_per_node
 from kubegpu.toolkit.model import Node, Pod
@@ -287,7 +287,7 @@ def dra_filter(
     # Every allocated claim holds its devices, the pod's own included (a pending claim of the pod cannot
     # be given a device its other claim holds); only other pods' claims can let go in the what-if below.
     own = holders(allocated)
-    held = {**holders(others), **own}
+    held = holders(others).merged(own)
     candidates = [DraNode(name, dict(nodes[name].metadata.labels or {})) for name in outcome.feasible]
     feasible = []
     accounts = {}
@@ -315,7 +315,8 @@ def dra_filter(
             if account.fits:
                 verdicts = (v for r in accounts[account.node].requests for v in r.verdicts)
                 holding = sorted(
-                    {held[v.device] for v in verdicts if v.verdict == IN_USE} - set(own.values())
+                    {c for v in verdicts if v.verdict in (IN_USE, COUNTERS, CAPACITY) for c in v.holders}
+                    - {c for d in list(own.exclusive) + list(own.shares) for c in own.holders(d)}
                 )
                 result.free_to_fit.append({"node": account.node, "held_by": holding})
     return result
