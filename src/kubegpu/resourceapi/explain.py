@@ -236,10 +236,11 @@ def _sharing_verdict(
         else:
             takers = consumers(pool, deficit.counter_set, deficit.counter, held.is_allocated)
             who = sorted({c for d in takers for c in held.holders(d)})
-            left = fmt(max(deficit.available, 0))
+            unit = "bytes" if deficit.counter == "memory" else ""  # NVIDIA's memory counter is in bytes
+            left = fmt(max(deficit.available, 0), unit)
             detail = (
                 f"counter set {deficit.counter_set}: {deficit.counter} "
-                f"{fmt(deficit.wanted)} wanted, {left} left"
+                f"{fmt(deficit.wanted, unit)} wanted, {left} left"
             )
             if takers:
                 named = ", ".join(f"{d.device} ({', '.join(held.holders(d))})" for d in takers)

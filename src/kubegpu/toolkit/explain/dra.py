@@ -176,6 +176,14 @@ def _classes(snapshot: Snapshot, notes: list[str]) -> list[DeviceClass]:
     ]
 
 
+def _share(result: dict[str, Any]) -> str:
+    """A shared device's part of an allocation result: what the claim would consume of it."""
+    consumed = result.get("consumedCapacity")
+    if not result.get("shareID"):
+        return ""
+    return " (shared" + "".join(f", {k} {v}" for k, v in sorted((consumed or {}).items())) + ")"
+
+
 def _row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
     requests = []
     for r in account.requests:
@@ -202,7 +210,7 @@ def _row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
         for p in account.pools
     ]
     allocation = [
-        f"{claim.ref} {r.get('request')}: {r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+        f"{claim.ref} {r.get('request')}: {r.get('driver')}/{r.get('pool')}/{r.get('device')}" + _share(r)
         for claim, result in zip(pending, account.allocation or [], strict=False)
         for r in (result.get("devices") or {}).get("results") or []
     ]
