@@ -139,8 +139,8 @@ def test_a_placement_taken_by_a_named_claim_and_memory_left_on_a_shared_gpu(tmp_
     assert report["message"] == "0/2 nodes are available: 2 cannot allocate all claims."
     assert devices(report) == {
         "gpu-a": [
-            "gpu.nvidia.com/gpu-a/gpu-0: counters (counter set gpu-0-counter-set: memory 40Gi wanted, 35Gi left; "
-            "taken by gpu-0-mig-1g5gb-19-0 (ml/mig-user))",
+            "gpu.nvidia.com/gpu-a/gpu-0: counters (counter set gpu-0-counter-set: "
+            "memory 40Gi wanted, 35Gi left; taken by gpu-0-mig-1g5gb-19-0 (ml/mig-user))",
             "gpu.nvidia.com/gpu-a/gpu-0-mig-1g5gb-19-0: class selector (class gpu.nvidia.com selector #0 is "
             "false: " + TYPE.format("gpu") + ")",
         ],
