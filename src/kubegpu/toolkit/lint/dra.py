@@ -7,7 +7,8 @@ DRA driver publishes and, with a snapshot, what the cluster's ResourceSlices hol
 DeviceClass must exist in the files, the snapshot, or (without a snapshot that lists classes) be one of
 NVIDIA's (KG019). With a snapshot, an ExactCount request must not want more devices than any node has that
 pass the class's and the request's selectors (KG020). A pod's claims must exist and its containers must
-name claims and requests that do (KG021).
+name claims and requests that do (KG021). With a snapshot, capacity requests must be what some selected
+device's request policy allows (KG022, `dra_capacity`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from kubegpu.toolkit.dra_facts import (
     references,
     slices_per_node,
 )
+from kubegpu.toolkit.lint.dra_capacity import capacity_problems
 from kubegpu.toolkit.lint.rules import WARNING, Finding
 from kubegpu.toolkit.manifests import DraObject, Manifests, Path, Source, Workload
 
@@ -208,6 +210,7 @@ class _Linter:
                 self._unknown_class(obj, request, class_name, classes)
         if self.cluster is not None and self.slices:
             self.check_counts(obj, classes)
+            self.check_capacity(obj, classes)
 
     def _unknown_class(
         self, obj: DraObject, request: _Request, class_name: str, classes: dict[str, tuple[str, ...]]
@@ -289,6 +292,34 @@ class _Linter:
                     "ask for at most that many per claim (several pods, or a node with more GPUs), or "
                     "loosen the selectors",
                 )
+
+    def check_capacity(self, obj: DraObject, classes: dict[str, tuple[str, ...]]) -> None:
+        """KG022: capacity requests against the published request policies (lint.dra_capacity)."""
+        try:
+            claim = self._as_claim(obj)
+        except ModelError:
+            return
+        nodes = (
+            [DraNode(n.metadata.name, dict(n.metadata.labels or {})) for n in self.cluster.nodes]
+            if self.cluster
+            else []
+        )
+        class_objects = [
+            parse_class(
+                {"metadata": {"name": n}, "spec": {"selectors": [{"cel": {"expression": e}} for e in s]}}
+            )
+            for n, s in classes.items()
+        ]
+        paths = {request.label: request.path for request in _requests(obj)}
+        for problem in capacity_problems(claim, class_objects, self.slices, nodes):
+            self.add(
+                obj,
+                "KG022",
+                (*paths.get(problem.request, ()), "capacity", "requests"),
+                problem.message,
+                problem.fix,
+                severity=WARNING if problem.rounded_only else None,
+            )
 
     # --- pods ------------------------------------------------------------------------------------------
 
