@@ -24,9 +24,9 @@ import semver
 from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_dns1123_subdomain, is_qualified_name
 
-from . import partitionable
 from .errors import FieldError
 from .kinds import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
+from .partitionable import allocation_results, capacity_requests, device_fields, shared_counters
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
@@ -155,7 +155,7 @@ def _slice_spec(spec: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[
     devices = spec.get("devices") or []
     if spec.get("sharedCounters") and devices:
         errors.append(FieldError.invalid("spec", "", "only one of `sharedCounters` or `devices` is allowed"))
-    errors += partitionable.shared_counters(spec)
+    errors += shared_counters(spec)
     limited = any(d.get("taints") or d.get("consumesCounters") for d in devices if isinstance(d, dict))
     maximum = MAX_DEVICES_WITH_TAINTS_OR_COUNTERS if limited else MAX_DEVICES_PER_SLICE
     if len(devices) > maximum:
@@ -252,7 +252,7 @@ def _device(device: Mapping[str, Any], path: str) -> list[FieldError]:
             errors.append(FieldError.required(f"{tpath}.effect"))
         elif effect not in TAINT_EFFECTS:
             errors.append(FieldError.not_supported(f"{tpath}.effect", effect, TAINT_EFFECTS))
-    return errors + partitionable.device_fields(device, path)
+    return errors + device_fields(device, path)
 
 
 def _selectors(selectors: Any, path: str, check_cel: CelChecker) -> list[FieldError]:
@@ -292,7 +292,7 @@ def _exact_request(exact: Mapping[str, Any], path: str, check_cel: CelChecker) -
     elif not is_dns1123_subdomain(class_name):
         errors.append(FieldError.invalid(f"{path}.deviceClassName", class_name, _DNS_SUBDOMAIN_MSG))
     errors += _selectors(exact.get("selectors"), f"{path}.selectors", check_cel)
-    errors += partitionable.capacity_requests(exact, path)
+    errors += capacity_requests(exact, path)
     mode = exact.get("allocationMode") or "ExactCount"
     if mode not in ALLOCATION_MODES:
         errors.append(FieldError.not_supported(f"{path}.allocationMode", mode, ALLOCATION_MODES))
@@ -397,5 +397,5 @@ def _claim_status(status: Mapping[str, Any], old: Mapping[str, Any]) -> list[Fie
     if before and after and before != after:
         errors.append(FieldError.invalid("status.allocation", after, "field is immutable"))
     elif after and not before:
-        errors += partitionable.allocation_results(status)
+        errors += allocation_results(status)
     return errors
