@@ -33,6 +33,25 @@ def _selection(node: str | None, per_device: bool) -> dict[str, Any]:
     return {"nodeName": node or NODE_1}
 
 
+def _slice(name: str, content: dict[str, Any], **where: Any) -> dict[str, Any]:
+    pool = {
+        "name": where["pool"],
+        "generation": where["generation"],
+        "resourceSliceCount": where["slice_count"],
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": where["driver"],
+            "pool": pool,
+            **_selection(where["node"], where["per_device"]),
+            **content,
+        },
+    }
+
+
 def device_slice(
     name: str,
     devices: Sequence[Mapping[str, Any]],
@@ -44,17 +63,9 @@ def device_slice(
     per_device: bool = False,
     generation: int = 1,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "pool": {"name": pool, "generation": generation, "resourceSliceCount": slice_count},
-            **_selection(node, per_device),
-            "devices": [dict(d) for d in devices],
-        },
-    }
+    where = locals().copy()
+    del where["name"], where["devices"]
+    return _slice(name, {"devices": [dict(d) for d in devices]}, **where)
 
 
 def counter_slice(
@@ -69,20 +80,13 @@ def counter_slice(
     generation: int = 1,
 ) -> dict[str, Any]:
     """A counters-only slice (the 1.35+ "split" shape)."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "pool": {"name": pool, "generation": generation, "resourceSliceCount": slice_count},
-            **_selection(node, per_device),
-            "sharedCounters": [
-                {"name": cs, "counters": {c: {"value": v} for c, v in counters.items()}}
-                for cs, counters in sets.items()
-            ],
-        },
-    }
+    where = locals().copy()
+    del where["name"], where["sets"]
+    counter_sets = [
+        {"name": cs, "counters": {c: {"value": v} for c, v in counters.items()}}
+        for cs, counters in sets.items()
+    ]
+    return _slice(name, {"sharedCounters": counter_sets}, **where)
 
 
 def device_class(name: str = "class-a", driver: str = DRIVER_A) -> dict[str, Any]:

@@ -118,15 +118,8 @@ def explain(
         devices = [(*d, p) for p in pools for d in p.devices()]
         requests = []
         for claim in claims:
-            for request in claim.requests:
-                alternatives = (
-                    [(f"{request.name}/{s.name}", s.exactly) for s in request.first_available]
-                    if request.first_available
-                    else [(request.name, request.exactly)]
-                )
-                for name, exact in alternatives:
-                    assert exact is not None
-                    requests.append(_account(claim, name, exact, class_map, devices, held, features))
+            for name, exact in claim.exact_requests():
+                requests.append(_account(claim, name, exact, class_map, devices, held, features))
         error = ""
         allocation = None
         try:

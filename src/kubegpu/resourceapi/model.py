@@ -183,6 +183,16 @@ class ResourceClaim:
         """namespace/name, as klog.KObj prints a claim in the allocator's errors."""
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
+    def exact_requests(self) -> list[tuple[str, ExactRequest]]:
+        """(request, or request/subrequest; its exact request) for every request and subrequest."""
+        out: list[tuple[str, ExactRequest]] = []
+        for request in self.requests:
+            if request.first_available:
+                out += [(f"{request.name}/{s.name}", s.exactly) for s in request.first_available]
+            elif request.exactly is not None:
+                out.append((request.name, request.exactly))
+        return out
+
     def allocated_devices(self) -> list[tuple[DeviceID, bool]]:
         """(device, admin access) of every result in status.allocation."""
         return [(r.device, r.admin_access) for r in self.allocated_results()]

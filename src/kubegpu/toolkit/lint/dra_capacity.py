@@ -51,16 +51,7 @@ def capacity_problems(
     slices: Sequence[ResourceSlice],
     nodes: Iterable[DraNode],
 ) -> list[CapacityProblem]:
-    asks = {}
-    for request in claim.requests:
-        alternatives = (
-            [(f"{request.name}/{s.name}", s.exactly) for s in request.first_available]
-            if request.first_available
-            else [(request.name, request.exactly)]
-        )
-        for label, exact in alternatives:
-            if exact is not None and exact.capacity_requests:
-                asks[label] = exact
+    asks = {label: exact for label, exact in claim.exact_requests() if exact.capacity_requests}
     if not asks:
         return []
     devices = {DeviceID(s.driver, s.pool, d.name): d for s in slices for d in s.devices if not s.counter_sets}
