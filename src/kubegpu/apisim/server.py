@@ -109,7 +109,8 @@ class ApiServerSim:
     ) -> None:
         """`resource_versions`: the resource.k8s.io versions served, preferred first, e.g. ("v1beta1",) for
         a 1.32 cluster, ("v1beta2", "v1beta1") for 1.33, ("v1", "v1beta2", "v1beta1") for 1.34+; () serves
-        no DRA API at all. `feature_gates`: DRADeviceTaints (default on)."""
+        no DRA API at all. `feature_gates`: DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity
+        (all on by default; one set off has its fields dropped on write, as the real server drops them)."""
         unknown = set(resource_versions) - set(RESOURCE_VERSIONS)
         if unknown:
             raise ValueError(
