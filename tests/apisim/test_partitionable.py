@@ -13,7 +13,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kubegpu.apisim import ApiServerSim
-from tests.resourceapi.partitionable import claim, counted, counter_slice, device_slice, exact, shared
+from kubegpu.resourceapi import Allocator, Holdings, parse_claim, parse_class, parse_slice
+from tests.resourceapi.partitionable import (
+    claim,
+    counted,
+    counter_slice,
+    device_class,
+    device_slice,
+    exact,
+    shared,
+)
 
 
 def message(err: ApiException) -> str:
@@ -269,3 +278,30 @@ def test_gates_set_off_drop_their_fields() -> None:
         assert stored["spec"]["devices"] == [{"name": "gpu-0", "capacity": {"memory": {"value": "1Gi"}}}]
         c = api.create("resourceclaims", claim("c", exact(capacity={"memory": "1Gi"})))
         assert "capacity" not in c["spec"]["devices"]["requests"][0]["exactly"]
+
+
+def test_the_allocators_shares_are_written_back_and_read_again(api: ApiServerSim) -> None:
+    """The scheduler's loop on the simulator: allocate from the API's objects, write the status, repeat."""
+    api.create("deviceclasses", device_class())
+    memory = {
+        "value": "80Gi",
+        "requestPolicy": {"default": "80Gi", "validRange": {"min": "1Mi", "step": "1Mi"}},
+    }
+    api.create("resourceslices", device_slice("gpus", [shared("gpu-0", {"memory": memory})]))
+    outcomes = []
+    for name, asked in (("a", "50Gi"), ("b", "30Gi"), ("c", "1Mi")):
+        created = api.create("resourceclaims", claim(name, exact(capacity={"memory": asked})))
+        allocated = [
+            parse_claim(c) for c in api.list("resourceclaims") if (c.get("status") or {}).get("allocation")
+        ]
+        result = Allocator(
+            [parse_claim(created)],
+            [parse_class(c) for c in api.list("deviceclasses")],
+            [parse_slice(s) for s in api.list("resourceslices")],
+            Holdings.of_claims(allocated),
+        ).allocate("node-1")
+        if result is not None:
+            created["status"] = {"allocation": result[0]}
+            api.update("resourceclaims", created, status=True)
+        outcomes.append(None if result is None else result[0]["devices"]["results"][0]["consumedCapacity"])
+    assert outcomes == [{"memory": "50Gi"}, {"memory": "30Gi"}, None]
