@@ -109,6 +109,20 @@ def test_capacity_requests_are_checked_against_the_published_request_policy(tmp_
     )
 
 
-def test_without_capacity_requests_or_a_snapshot_nothing_is_said(tmp_path: Path) -> None:
-    _, report = run(write(tmp_path, "claims.yaml", [asking("any", memory="96Gi")]))
-    assert not [f for f in report["findings"] if f["rule"] == "KG022"]
+def test_without_a_snapshot_only_capacities_nvidia_never_publishes_are_said(tmp_path: Path) -> None:
+    claims = [asking("any", memory="96Gi"), asking("shares", shares="1"), asking("typo", memroy="1Gi")]
+    _, report = run(write(tmp_path, "claims.yaml", claims))
+    got = [
+        (f["severity"], f["object"], f["path"], f["message"])
+        for f in report["findings"]
+        if f["rule"] == "KG022"
+    ]
+    assert got == [
+        (
+            "warning",
+            "ResourceClaim/ml/typo",
+            "spec.devices.requests[0].exactly.capacity.requests.memroy",
+            "request 'gpu' asks for capacity 'memroy', which NVIDIA's DRA driver does not publish; no device "
+            "takes the request",
+        )
+    ]

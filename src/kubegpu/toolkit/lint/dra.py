@@ -8,7 +8,8 @@ DeviceClass must exist in the files, the snapshot, or (without a snapshot that l
 NVIDIA's (KG019). With a snapshot, an ExactCount request must not want more devices than any node has that
 pass the class's and the request's selectors (KG020). A pod's claims must exist and its containers must
 name claims and requests that do (KG021). With a snapshot, capacity requests must be what some selected
-device's request policy allows (KG022, `dra_capacity`).
+device's request policy allows (KG022, `dra_capacity`); without one, a capacity name NVIDIA's driver never
+publishes is a warning.
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ class _Linter:
                 continue
             if class_name not in classes:
                 self._unknown_class(obj, request, class_name, classes)
+            elif class_name in NVIDIA_CLASSES and not self.slices:
+                self.check_nvidia_capacity(obj, request)
         if self.cluster is not None and self.slices:
             self.check_counts(obj, classes)
             self.check_capacity(obj, classes)
@@ -291,6 +294,25 @@ class _Linter:
                     + f"; the most any of the {len(nodes)} node(s) has is {most}{where}",
                     "ask for at most that many per claim (several pods, or a node with more GPUs), or "
                     "loosen the selectors",
+                )
+
+    def check_nvidia_capacity(self, obj: DraObject, request: _Request) -> None:
+        """KG022 without the cluster's slices: capacity names NVIDIA's DRA driver never publishes."""
+        capacity = request.exact.get("capacity")
+        asked = capacity.get("requests") if isinstance(capacity, dict) else None
+        for name in sorted(asked if isinstance(asked, dict) else {}):
+            domain, _, ident = str(name).rpartition("/")
+            ref = Reference("capacity", domain or NVIDIA_DRIVER, ident)
+            if published(ref, NVIDIA_DRIVER) is False:
+                self.add(
+                    obj,
+                    "KG022",
+                    (*request.path, "capacity", "requests", name),
+                    f"request {request.label!r} asks for capacity {name!r}, which NVIDIA's DRA driver "
+                    "does not publish; no device takes the request",
+                    "ask for memory (any mode of --consumable-shares) or shares (--consumable-shares=N), or "
+                    "lint with --snapshot to check against the cluster's devices",
+                    severity=WARNING,
                 )
 
     def check_capacity(self, obj: DraObject, classes: dict[str, tuple[str, ...]]) -> None:
