@@ -355,3 +355,13 @@ def test_shares_never_consume_more_than_a_device_has(
 def _bytes(text: str) -> int:
     units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
     return int(text[:-2]) * units[text[-2:]] if text[-2:] in units else int(text)
+
+
+def test_one_request_never_takes_the_same_shared_device_twice() -> None:
+    # The scheduler looks for a request's next device after the one it took (allocateOne's startLocation):
+    # two devices for one request are two devices, shared or not; another request may share it.
+    cluster = Cluster([device_slice("slice-1", [memory_mode_gpu()])])
+    assert cluster.allocate(claim("a", exact("req-0", 2, capacity={"memory": "1Gi"}))) is None
+    cluster = Cluster([device_slice("slice-1", [memory_mode_gpu("gpu-0"), memory_mode_gpu("gpu-1")])])
+    two = results(cluster.allocate(claim("b", exact("req-0", 2, capacity={"memory": "1Gi"}))))
+    assert [r["device"] for r in two] == ["gpu-0", "gpu-1"]

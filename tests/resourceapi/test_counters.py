@@ -501,47 +501,72 @@ def test_a_pool_still_being_published_offers_no_counter_consuming_device() -> No
 # ---- the property --------------------------------------------------------------------------------------
 
 
+World = tuple[list[dict[str, Any]], dict[str, int], list[list[dict[str, Any]]]]
+SHARE = {"value": "4", "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "4", "step": "1"}}}
+
+
 @st.composite
-def counter_worlds(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, int], list[dict[str, Any]]]:
+def counter_worlds(draw: st.DrawFn) -> World:
+    """Counters, devices consuming them (some shared by up to 4 claims), and pods of 1-3 claims each."""
     counters = {f"c{i}": draw(st.integers(1, 6)) for i in range(draw(st.integers(1, 3)))}
     devices = []
     for i in range(draw(st.integers(1, 6))):
         takes = {c: str(draw(st.integers(0, 4))) for c in counters if draw(st.booleans())}
-        devices.append(counted(f"device-{i}", **{"set": takes}) if takes else {"name": f"device-{i}"})
+        device: dict[str, Any] = (
+            counted(f"device-{i}", **{"set": takes}) if takes else {"name": f"device-{i}"}
+        )
+        if draw(st.booleans()):
+            device.update(allowMultipleAllocations=True, capacity={"share": SHARE})
+        devices.append(device)
     slices = [
         device_slice("slice-1", devices, slice_count=2),
         counter_slice("slice-2", {"set": {c: str(v) for c, v in counters.items()}}),
     ]
     claims = [
-        claim(f"claim-{i}", exact("req-0", draw(st.integers(1, 2)))) for i in range(draw(st.integers(1, 6)))
+        claim(f"claim-{i}", exact("req-0", draw(st.integers(1, 2)))) for i in range(draw(st.integers(1, 8)))
     ]
-    return slices, counters, draw(st.permutations(claims))
+    claims = draw(st.permutations(claims))
+    pods = []
+    while claims:
+        size = draw(st.integers(1, 3))
+        pods.append(claims[:size])
+        claims = claims[size:]
+    return slices, counters, pods
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(counter_worlds())
-def test_allocated_devices_never_consume_more_than_a_counter_holds(
-    world: tuple[list[dict[str, Any]], dict[str, int], list[dict[str, Any]]],
-) -> None:
-    slices, counters, claims = world
+def test_allocated_devices_never_consume_more_than_a_counter_holds(world: World) -> None:
+    """Whatever the claims, their order and how they group into pods: no counter over-consumed, no device
+    held whole twice or both whole and shared, no shared device over its capacity."""
+    slices, counters, pods = world
     parsed_slices = [parse_slice(s) for s in slices]
     done: list[Any] = []
-    for one in claims:
+    for pod in pods:
         allocations = Allocator(
-            [parse_claim(one)], CLASSES, parsed_slices, Holdings.of_claims(done)
+            [parse_claim(c) for c in pod], CLASSES, parsed_slices, Holdings.of_claims(done)
         ).allocate(NODE_1)
-        if allocations is not None:
-            done.append(parse_claim({**one, "status": {"allocation": allocations[0]}}))
-    taken = {c: 0 for c in counters}
+        for body, allocation in zip(pod, allocations or [], strict=False):
+            done.append(parse_claim({**body, "status": {"allocation": allocation}}))
     devices = {d["name"]: d for d in slices[0]["spec"]["devices"]}
-    seen: set[str] = set()
+    whole: set[str] = set()
+    shares: dict[str, int] = {}
     for c in done:
-        for device, _ in c.allocated_devices():
-            assert device.device not in seen, "a device allocated twice"
-            seen.add(device.device)
-            for consumption in devices[device.device].get("consumesCounters", []):
-                for name, amount in consumption["counters"].items():
-                    taken[name] += int(amount["value"])
+        for r in c.allocated_results():
+            name = r.device.device
+            if r.share_id:
+                assert devices[name].get("allowMultipleAllocations")
+                shares[name] = shares.get(name, 0) + int(r.consumed_capacity["share"])
+            else:
+                assert name not in whole, "a device held whole twice"
+                whole.add(name)
+    assert not whole & set(shares), "a device both held whole and shared"
+    assert all(v <= 4 for v in shares.values()), shares
+    taken = {c: 0 for c in counters}
+    for name in whole | set(shares):  # a shared device pays its counters once
+        for consumption in devices[name].get("consumesCounters", []):
+            for counter, amount in consumption["counters"].items():
+                taken[counter] += int(amount["value"])
     assert all(taken[c] <= counters[c] for c in counters), (taken, counters)
 
 

@@ -193,6 +193,17 @@ class _Search:
     def run(self) -> list[dict[str, Any]] | None:
         a = self.a
         self.pools = gather_pools(a.slices, self.node, partitionable_devices=a.features.partitionable_devices)
+        # Every device in pool and slice order; an invalid pool is one entry without a device, so the
+        # search stops there (with the scheduler's error) only when it gets that far.
+        self.positions: list[tuple[Pool, Candidate | None]] = [
+            entry
+            for pool in self.pools
+            for entry in (
+                [(pool, Candidate(*d, pool)) for d in pool.devices()]
+                if not pool.invalid_reason
+                else [(pool, None)]
+            )
+        ]
         for ci, claim in enumerate(a.claims):
             minimum = 0
             for ri, request in enumerate(claim.requests):
@@ -292,7 +303,10 @@ class _Search:
     def _in_use(self, device_id: DeviceID) -> bool:
         return device_id in self.a.holdings.exclusive or bool(self.allocating.get(device_id))
 
-    def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool) -> bool:
+    def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int = 0) -> bool:
+        """Allocate device `di` of request (ci, ri, si) and everything after it. `start`: the position in
+        pool order after the request's previous device (allocateOne's startLocation): a request's devices
+        are combinations, never the same device twice, even one that allows multiple allocations."""
         claims = self.a.claims
         if ci >= len(claims):
             return True
@@ -323,26 +337,26 @@ class _Search:
                 return True
             undo()
             return False
-        for pool in self.pools:
-            if pool.invalid_reason:
+        for position in range(start, len(self.positions)):
+            pool, candidate = self.positions[position]
+            if candidate is None:
                 raise AllocationError(f"pool {pool.name} is invalid: {pool.invalid_reason}")
-            for device_id, device, slice_ in pool.devices():
-                if data.exact.admin_access:
-                    if ci in self.allocating.get(device_id, ()):
-                        continue
-                elif self._in_use(device_id):
+            device_id = candidate.id
+            if data.exact.admin_access:
+                if ci in self.allocating.get(device_id, ()):
                     continue
-                if not self._selectable((ci, ri, si), data, device_id, device, slice_):
-                    continue
-                candidate = Candidate(device_id, device, slice_, pool)
-                if not self._capacity_fits(data, candidate):
-                    continue
-                undo = self._allocate_device(ci, data, candidate, must=False)
-                if undo is None:
-                    continue
-                if self._allocate_one(ci, ri, si, di + 1, in_sub):
-                    return True
-                undo()
+            elif self._in_use(device_id):
+                continue
+            if not self._selectable((ci, ri, si), data, device_id, candidate.device, candidate.slice):
+                continue
+            if not self._capacity_fits(data, candidate):
+                continue
+            undo = self._allocate_device(ci, data, candidate, must=False)
+            if undo is None:
+                continue
+            if self._allocate_one(ci, ri, si, di + 1, in_sub, position + 1):
+                return True
+            undo()
         return False
 
     def _allocate_device(
