@@ -60,6 +60,7 @@ from .kinds import (
     field_value,
     find_kind,
 )
+from .partitionable import drop_disabled_sharing_fields
 from .patch import merge_patch, strategic_merge_patch
 from .pod_proxy import is_proxy_path, proxy_get
 from .routes import DiscoveryRoute, ResourceRoute, parse_path
@@ -109,7 +110,8 @@ class ApiServerSim:
     ) -> None:
         """`resource_versions`: the resource.k8s.io versions served, preferred first, e.g. ("v1beta1",) for
         a 1.32 cluster, ("v1beta2", "v1beta1") for 1.33, ("v1", "v1beta2", "v1beta1") for 1.34+; () serves
-        no DRA API at all. `feature_gates`: DRADeviceTaints (default on)."""
+        no DRA API at all. `feature_gates`: DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity
+        (all on by default; one set off has its fields dropped on write, as the real server drops them)."""
         unknown = set(resource_versions) - set(RESOURCE_VERSIONS)
         if unknown:
             raise ValueError(
@@ -316,6 +318,7 @@ class ApiServerSim:
             for device in (obj.get("spec") or {}).get("devices") or []:
                 if isinstance(device, dict):
                     device.pop("taints", None)
+        drop_disabled_sharing_fields(kind, obj, self.feature_gates)
 
     # ---- serving ---------------------------------------------------------------------------------
 

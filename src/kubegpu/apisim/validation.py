@@ -7,7 +7,9 @@ metadata names and labels; ResourceSlice driver, pool, node selection (exactly o
 and limits, taint effects, immutable driver and nodeName; ResourceClaim request names, exactly-or-
 firstAvailable, class names, allocation modes and counts, CEL selectors that must compile, constraints,
 immutable spec; claim status: reservedFor (at most 256, unique, needs an allocation) and an allocation that
-cannot change once set; DeviceClass selectors and config. Not modelled: everything else (e.g. opaque config
+cannot change once set; DeviceClass selectors and config. Partitionable devices and consumable capacity
+(sharedCounters, consumesCounters, request policies, capacity requests, shareID) are in `partitionable`.
+Not modelled: everything else (e.g. opaque config
 size, node selectors' syntax, admin access namespaces).
 """
 
@@ -24,6 +26,7 @@ from kubegpu.common.k8s_names import is_dns1123_subdomain, is_qualified_name
 
 from .errors import FieldError
 from .kinds import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
+from .partitionable import allocation_results, capacity_requests, device_fields, shared_counters
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
@@ -152,6 +155,7 @@ def _slice_spec(spec: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[
     devices = spec.get("devices") or []
     if spec.get("sharedCounters") and devices:
         errors.append(FieldError.invalid("spec", "", "only one of `sharedCounters` or `devices` is allowed"))
+    errors += shared_counters(spec)
     limited = any(d.get("taints") or d.get("consumesCounters") for d in devices if isinstance(d, dict))
     maximum = MAX_DEVICES_WITH_TAINTS_OR_COUNTERS if limited else MAX_DEVICES_PER_SLICE
     if len(devices) > maximum:
@@ -248,7 +252,7 @@ def _device(device: Mapping[str, Any], path: str) -> list[FieldError]:
             errors.append(FieldError.required(f"{tpath}.effect"))
         elif effect not in TAINT_EFFECTS:
             errors.append(FieldError.not_supported(f"{tpath}.effect", effect, TAINT_EFFECTS))
-    return errors
+    return errors + device_fields(device, path)
 
 
 def _selectors(selectors: Any, path: str, check_cel: CelChecker) -> list[FieldError]:
@@ -288,6 +292,7 @@ def _exact_request(exact: Mapping[str, Any], path: str, check_cel: CelChecker) -
     elif not is_dns1123_subdomain(class_name):
         errors.append(FieldError.invalid(f"{path}.deviceClassName", class_name, _DNS_SUBDOMAIN_MSG))
     errors += _selectors(exact.get("selectors"), f"{path}.selectors", check_cel)
+    errors += capacity_requests(exact, path)
     mode = exact.get("allocationMode") or "ExactCount"
     if mode not in ALLOCATION_MODES:
         errors.append(FieldError.not_supported(f"{path}.allocationMode", mode, ALLOCATION_MODES))
@@ -391,4 +396,6 @@ def _claim_status(status: Mapping[str, Any], old: Mapping[str, Any]) -> list[Fie
     before, after = old.get("allocation"), status.get("allocation")
     if before and after and before != after:
         errors.append(FieldError.invalid("status.allocation", after, "field is immutable"))
+    elif after and not before:
+        errors += allocation_results(status)
     return errors

@@ -20,7 +20,7 @@ from kubegpu.apisim import ApiServerSim
 from kubegpu.kubeletsim import Container, ContainerClaim, DraSettings, KubeletSimulator, Pod, PodResourceClaim
 from kubegpu.resourceapi import (
     Allocator,
-    allocated_devices,
+    Holdings,
     parse_claim,
     parse_class,
     parse_slice,
@@ -176,7 +176,7 @@ class SimulatedDraNode:
             [parse_claim(created)],
             [parse_class(c) for c in self.api.list("deviceclasses")],
             [parse_slice(s) for s in self.slices()],
-            allocated_devices(held),
+            Holdings.of_claims(held),  # devices held whole, and the shares of shared ones
         )
         allocations = allocator.allocate(self.api.get("nodes", NODE, namespace=""))
         if allocations is None:

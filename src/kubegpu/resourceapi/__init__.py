@@ -6,9 +6,13 @@ Modules, one job each:
   cel_library the Kubernetes CEL libraries selectors use (quantity, semver, strings, lists, regex)
   model      DeviceClass, ResourceClaim, ResourceSlice parsed from v1/v1beta2 or v1beta1 JSON
   nodes      which node a slice or device is reachable from (nodeName, allNodes, NodeSelector)
-  pools      the pools a node reaches: highest generation, complete or not, valid or not
+  pools      the pools a node reaches: highest generation, complete or not, valid or not, counter sets
+  holdings   what allocated claims hold: devices whole, shares of a device with the capacity they consume
+  counters   shared counters (partitionable devices): what a pool has left, what a device would take
+  capacity   consumable capacity: request policies (default, validRange, validValues), what fits
   allocator  the scheduler's structured allocator: status.allocation for a pod's claims on one node
-  explain    per node and request, the verdict on every device (which selector said no, taints, in use)
+  explain    per node and request, the verdict on every device (which selector said no, taints, in use,
+             which counter or capacity is short and who holds it)
 Imports only kubegpu.common and third-party libraries.
 """
 
@@ -17,6 +21,7 @@ from typing import Any
 from .allocator import AllocationError, Allocator, Features, allocated_devices
 from .cel import CelError, compile_error, compile_selector, device_activation
 from .explain import CANNOT_ALLOCATE, DeviceVerdict, NodeAccount, RequestAccount, explain, holders
+from .holdings import Holdings, Share
 from .model import (
     DeviceClass,
     DeviceID,
@@ -44,12 +49,14 @@ __all__ = [
     "DeviceID",
     "DeviceVerdict",
     "Features",
+    "Holdings",
     "ModelError",
     "Node",
     "NodeAccount",
     "RequestAccount",
     "ResourceClaim",
     "ResourceSlice",
+    "Share",
     "allocated_devices",
     "compile_error",
     "compile_selector",

@@ -3,7 +3,11 @@
 For the claims of one pod it searches, claim by claim and request by request, for devices that are
 reachable from the node, not allocated already (to other claims, or earlier in this search), selected by
 the request's DeviceClass selectors and its own selectors (CEL), whose taints the request tolerates, and
-that keep the claim's constraints (matchAttribute: all the same value; distinctAttribute: all different).
+that keep the claim's constraints (matchAttribute: all the same value; distinctAttribute: all different),
+whose pool still has the counters they consume (partitionable devices, `counters`), and whose capacity
+takes what the request asks (consumable capacity, `capacity`): a device with `allowMultipleAllocations`
+is never "in use", it takes further claims while the sum of what they consume fits, and each such
+allocation gets a `shareID` and its `consumedCapacity` in the result.
 ExactCount takes `count` devices, All takes every matching device (and fails on an incomplete pool);
 firstAvailable tries its subrequests in order. The first complete solution wins (first fit in pool and
 slice order, backtracking when a later request cannot be met).
@@ -11,19 +15,22 @@ slice order, backtracking when a later request cannot be met).
 `allocate()` returns one `status.allocation` (v1 JSON) per claim, or None when the claims do not fit on
 this node. Problems in the input (a missing class, a CEL error, an invalid pool) raise `AllocationError`
 with the scheduler's words: the scheduler stops trying other nodes then and reports it.
-Not modelled: consumable capacity and shared counters (partitionable devices), binding conditions,
-extended-resource requests, and scoring.
+Not modelled: binding conditions, extended-resource requests, and scoring.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import semver
 
+from .capacity import CapacityError, demand, shortfall, status_quantity
 from .cel import CelError, compile_selector, device_activation
+from .counters import CounterLedger
+from .holdings import Holdings
 from .model import (
     ALLOCATION_RESULTS_MAX,
     Device,
@@ -43,12 +50,13 @@ class AllocationError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Features:
-    """The scheduler's DRA feature gates that change allocation (1.34 defaults)."""
+    """The scheduler's DRA feature gates that change allocation (1.36 defaults)."""
 
     admin_access: bool = True  # beta in 1.34
     prioritized_list: bool = True  # beta in 1.34 (firstAvailable)
     device_taints: bool = True  # alpha in 1.34; when off, taints are not even stored
-    partitionable_devices: bool = False  # alpha in 1.34: slices with counters are skipped
+    partitionable_devices: bool = True  # beta (on) in 1.36; off: slices with counters are skipped
+    consumable_capacity: bool = True  # beta (on) in 1.36; off: capacity requests are an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +64,7 @@ class Candidate:
     id: DeviceID
     device: Device
     slice: ResourceSlice
+    pool: Pool | None = None
 
 
 @dataclass(slots=True)
@@ -76,6 +85,8 @@ class _Request:
 class _Result:
     request: _Request
     candidate: Candidate
+    share_id: str = ""
+    consumed: Mapping[str, int] | None = None  # for a share: capacity name -> nano-units
 
 
 def all_taints_tolerated(device: Device, exact: ExactRequest) -> bool:
@@ -140,24 +151,28 @@ class Allocator:
         claims: Sequence[ResourceClaim],
         classes: Mapping[str, DeviceClass] | Iterable[DeviceClass],
         slices: Iterable[ResourceSlice],
-        allocated: Iterable[DeviceID] = (),
+        allocated: Iterable[DeviceID] | Holdings = (),
         features: Features = Features(),
+        share_ids: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
-        """`claims`: the pod's claims that need an allocation. `allocated`: devices that claims already
-        hold (see `allocated_devices`)."""
+        """`claims`: the pod's claims that need an allocation. `allocated`: what claims already hold
+        (`Holdings.of_claims`, or just the devices they hold whole, see `allocated_devices`).
+        `share_ids` makes the shareID of each new share of a device (a lowercase UUID, as the API wants)."""
         self.claims = list(claims)
         self.classes = dict(classes) if isinstance(classes, Mapping) else {c.name: c for c in classes}
         self.slices = list(slices)
-        self.allocated = set(allocated)
+        self.holdings = allocated if isinstance(allocated, Holdings) else Holdings.of_devices(allocated)
+        self.allocated = set(self.holdings.exclusive)
         self.features = features
+        self.share_ids = share_ids
 
     def allocate(self, node: Node | Mapping[str, Any] | str) -> list[dict[str, Any]] | None:
         return _Search(self, node if isinstance(node, Node) else Node.from_object(node)).run()
 
 
 def allocated_devices(claims: Iterable[ResourceClaim]) -> set[DeviceID]:
-    """Devices held by allocated claims (admin access does not hold a device)."""
-    return {device for claim in claims for device, admin in claim.allocated_devices() if not admin}
+    """Devices held whole by allocated claims (admin access and shares do not hold a device)."""
+    return set(Holdings.of_claims(claims).exclusive)
 
 
 class _Search:
@@ -172,13 +187,38 @@ class _Search:
         self.selected_sub: dict[tuple[int, int], int] = {}
         self._matches: dict[tuple[Any, ...], bool] = {}
         self._activations: dict[DeviceID, dict[str, Any]] = {}
+        self.counters = CounterLedger(allocator.holdings.is_allocated)
+        self.allocating_capacity: dict[DeviceID, list[Mapping[str, int]]] = {}
 
     def run(self) -> list[dict[str, Any]] | None:
         a = self.a
         self.pools = gather_pools(a.slices, self.node, partitionable_devices=a.features.partitionable_devices)
+        # Every device in pool and slice order; an invalid pool is one entry without a device, so the
+        # search stops there (with the scheduler's error) only when it gets that far.
+        self.positions: list[tuple[Pool, Candidate | None]] = [
+            entry
+            for pool in self.pools
+            for entry in (
+                [(pool, Candidate(*d, pool)) for d in pool.devices()]
+                if not pool.invalid_reason
+                else [(pool, None)]
+            )
+        ]
         for ci, claim in enumerate(a.claims):
             minimum = 0
             for ri, request in enumerate(claim.requests):
+                if not a.features.consumable_capacity:
+                    if request.exactly is not None and request.exactly.capacity_requests is not None:
+                        raise AllocationError(
+                            f"claim {claim.ref}, request {request.name}: has capacity requests, but the "
+                            "DRAConsumableCapacity feature is disabled"
+                        )
+                    for sub in request.first_available:
+                        if sub.exactly.capacity_requests is not None:
+                            raise AllocationError(
+                                f"claim {claim.ref}, subrequest {sub.name}: has capacity requests, but the "
+                                "DRAConsumableCapacity feature is disabled"
+                            )
                 if request.first_available:
                     if not a.features.prioritized_list:
                         raise AllocationError(
@@ -246,8 +286,11 @@ class _Search:
                         f"{pool.id} is currently {why}"
                     )
                 for device_id, device, slice_ in pool.devices():
-                    if self._selectable(key, data, device_id, device, slice_):
-                        data.all_devices.append(Candidate(device_id, device, slice_))
+                    candidate = Candidate(device_id, device, slice_, pool)
+                    if self._selectable(key, data, device_id, device, slice_) and self._capacity_fits(
+                        data, candidate
+                    ):
+                        data.all_devices.append(candidate)
             data.num_devices = len(data.all_devices)
         else:
             raise AllocationError(
@@ -258,9 +301,12 @@ class _Search:
     # ---- the search -------------------------------------------------------------------------------
 
     def _in_use(self, device_id: DeviceID) -> bool:
-        return device_id in self.a.allocated or bool(self.allocating.get(device_id))
+        return device_id in self.a.holdings.exclusive or bool(self.allocating.get(device_id))
 
-    def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool) -> bool:
+    def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int = 0) -> bool:
+        """Allocate device `di` of request (ci, ri, si) and everything after it. `start`: the position in
+        pool order after the request's previous device (allocateOne's startLocation): a request's devices
+        are combinations, never the same device twice, even one that allows multiple allocations."""
         claims = self.a.claims
         if ci >= len(claims):
             return True
@@ -291,40 +337,59 @@ class _Search:
                 return True
             undo()
             return False
-        for pool in self.pools:
-            if pool.invalid_reason:
+        for position in range(start, len(self.positions)):
+            pool, candidate = self.positions[position]
+            if candidate is None:
                 raise AllocationError(f"pool {pool.name} is invalid: {pool.invalid_reason}")
-            for device_id, device, slice_ in pool.devices():
-                if data.exact.admin_access:
-                    if ci in self.allocating.get(device_id, ()):
-                        continue
-                elif self._in_use(device_id):
+            device_id = candidate.id
+            if data.exact.admin_access:
+                if ci in self.allocating.get(device_id, ()):
                     continue
-                if not self._selectable((ci, ri, si), data, device_id, device, slice_):
-                    continue
-                undo = self._allocate_device(ci, data, Candidate(device_id, device, slice_), must=False)
-                if undo is None:
-                    continue
-                if self._allocate_one(ci, ri, si, di + 1, in_sub):
-                    return True
-                undo()
+            elif self._in_use(device_id):
+                continue
+            if not self._selectable((ci, ri, si), data, device_id, candidate.device, candidate.slice):
+                continue
+            if not self._capacity_fits(data, candidate):
+                continue
+            undo = self._allocate_device(ci, data, candidate, must=False)
+            if undo is None:
+                continue
+            if self._allocate_one(ci, ri, si, di + 1, in_sub, position + 1):
+                return True
+            undo()
         return False
 
     def _allocate_device(
         self, ci: int, data: _Request, candidate: Candidate, *, must: bool
     ) -> Callable[[], None] | None:
         device_id = candidate.id
+        features = self.a.features
+        shared = features.consumable_capacity and candidate.device.allow_multiple_allocations
         if data.exact.admin_access:
-            if ci in self.allocating.get(device_id, ()):
+            if not shared and ci in self.allocating.get(device_id, ()):
                 return None
         elif self._in_use(device_id):
             return None
+        device = candidate.device
+        if device.consumes_counters and not features.partitionable_devices:
+            return None
+        # A device shared already (by an allocated claim or earlier in this search) paid its counters.
+        pays_counters = bool(device.consumes_counters) and not (shared and self._capacity_in_use(device_id))
+        if pays_counters:
+            if candidate.pool is None or candidate.pool.incomplete:
+                return None  # the counter sets of a pool still being published are not all known
+            if self.counters.take(candidate.pool, device) is not None:
+                return None
         base, sub = (data.parent, data.name) if data.parent else (data.name, "")
-        if self.a.features.device_taints and not all_taints_tolerated(candidate.device, data.exact):
+        if features.device_taints and not all_taints_tolerated(device, data.exact):
+            if pays_counters:
+                self._give_back_counters(candidate)
             return None
         constraints = self.constraints[ci]
         for i, constraint in enumerate(constraints):
             if not constraint.add(base, sub, candidate):
+                if pays_counters:
+                    self._give_back_counters(candidate)
                 if must:
                     raise AllocationError(
                         f"claim {self.a.claims[ci].ref}, request {data.name}: cannot add device {device_id} "
@@ -333,16 +398,67 @@ class _Search:
                 for earlier in constraints[:i]:
                     earlier.remove(base, sub)
                 return None
-        self.allocating.setdefault(device_id, set()).add(ci)
-        self.results[ci].append(_Result(data, candidate))
+        result = _Result(data, candidate)
+        if shared:
+            wanted = self._demand(data, candidate)
+            assert wanted is not None  # _capacity_fits said yes
+            result.consumed = wanted
+            result.share_id = self.a.share_ids()
+            self.allocating_capacity.setdefault(device_id, []).append(wanted)
+        else:
+            self.allocating.setdefault(device_id, set()).add(ci)
+        self.results[ci].append(result)
 
         def undo() -> None:
             for constraint in constraints:
                 constraint.remove(base, sub)
-            self.allocating[device_id].discard(ci)
+            if shared:
+                self.allocating_capacity[device_id].remove(result.consumed or {})
+                if not self.allocating_capacity[device_id]:
+                    del self.allocating_capacity[device_id]
+            else:
+                self.allocating[device_id].discard(ci)
+            if pays_counters:
+                self._give_back_counters(candidate)
             self.results[ci].pop()
 
         return undo
+
+    # ---- counters and capacity --------------------------------------------------------------------
+
+    def _give_back_counters(self, candidate: Candidate) -> None:
+        assert candidate.pool is not None
+        self.counters.give_back(candidate.pool, candidate.device)
+
+    def _capacity_in_use(self, device_id: DeviceID) -> bool:
+        return self.a.holdings.consumed(device_id) is not None or device_id in self.allocating_capacity
+
+    def _demand(self, data: _Request, candidate: Candidate) -> dict[str, int] | None:
+        """What allocating the candidate for the request consumes of its capacities; None when the
+        device cannot take the request (a capacity it lacks, or a quantity that cannot be read)."""
+        try:
+            wanted = demand(
+                data.exact.capacity_requests, candidate.device, candidate.id.driver, data.result_name
+            )
+        except CapacityError:
+            return None  # the scheduler skips the device (and logs the error at V(7))
+        return None if not isinstance(wanted, dict) else wanted
+
+    def _capacity_fits(self, data: _Request, candidate: Candidate) -> bool:
+        """CmpRequestOverCapacity: the request policy and what earlier allocations consumed."""
+        if not self.a.features.consumable_capacity:
+            return True
+        wanted = self._demand(data, candidate)
+        if wanted is None:
+            return False
+        consumed = [
+            self.a.holdings.consumed(candidate.id) or {},
+            *self.allocating_capacity.get(candidate.id, ()),
+        ]
+        try:
+            return shortfall(wanted, candidate.device, *consumed) is None
+        except CapacityError:
+            return False
 
     # ---- selection --------------------------------------------------------------------------------
 
@@ -401,6 +517,14 @@ class _Search:
             }
             if result.request.exact.admin_access:
                 entry["adminAccess"] = True
+            if result.share_id:
+                entry["shareID"] = result.share_id
+                capacity = result.candidate.device.capacity
+                if result.consumed:
+                    entry["consumedCapacity"] = {
+                        name: status_quantity(amount, capacity[name])
+                        for name, amount in result.consumed.items()
+                    }
             if result.request.exact.tolerations and self.a.features.device_taints:
                 entry["tolerations"] = [_toleration_json(t) for t in result.request.exact.tolerations]
             results.append(entry)

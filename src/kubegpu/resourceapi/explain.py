@@ -3,10 +3,12 @@
 For each node the account lists the pools the node reaches (generation, completeness), and for each
 request of each claim every device of those pools with one verdict, checked in this order so the most
 useful reason wins: the class's selectors, the request's selectors (the first that is false, or the CEL
-error), untolerated taints, and finally whether another claim (or an earlier request of these claims)
-already holds it. Then the allocator runs for real (constraints and counts are only decided there), and
-the node's summary uses the scheduler's words: "cannot allocate all claims" when nothing fits, the
-allocator's error when the input is wrong.
+error), untolerated taints, whether another claim holds it whole, whether its capacity takes what the
+request asks (consumable capacity: what is left on a shared GPU after the claims sharing it), and whether
+its pool's counters can still pay for it (partitionable devices: which counter is short and which claims'
+devices take it, e.g. a MIG placement taken by a named claim). Then the allocator runs for real
+(constraints and counts are only decided there), and the node's summary uses the scheduler's words:
+"cannot allocate all claims" when nothing fits, the allocator's error when the input is wrong.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .allocator import AllocationError, Allocator, Features, all_taints_tolerated, evaluate_selector
+from .capacity import CapacityError, demand, fmt, shortfall
 from .cel import CelError, device_activation
+from .counters import CounterLedger, consumers
+from .holdings import Holdings
 from .model import DeviceClass, DeviceID, ExactRequest, ResourceClaim, ResourceSlice
 from .nodes import Node
-from .pools import gather_pools
+from .pools import Pool, gather_pools
 
 CANNOT_ALLOCATE = "cannot allocate all claims"  # the DynamicResources plugin's Unschedulable reason
 
@@ -29,6 +34,8 @@ REQUEST_SELECTOR = "request selector"
 SELECTOR_ERROR = "selector error"
 TAINTED = "tainted"
 IN_USE = "in use"
+COUNTERS = "counters"  # the pool's shared counters cannot pay for the device
+CAPACITY = "capacity"  # the device's capacity does not take the request
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,7 @@ class DeviceVerdict:
     device: DeviceID
     verdict: str  # one of the constants above
     detail: str = ""
+    holders: tuple[str, ...] = ()  # the claims (ns/name) standing in the way, for IN_USE/COUNTERS/CAPACITY
 
     def __str__(self) -> str:
         return f"{self.device}: {self.verdict}" + (f" ({self.detail})" if self.detail else "")
@@ -90,14 +98,15 @@ def explain(
     classes: Mapping[str, DeviceClass] | Iterable[DeviceClass],
     slices: Iterable[ResourceSlice],
     nodes: Iterable[Node | Mapping[str, Any] | str],
-    held_by: Mapping[DeviceID, str] | None = None,
+    held_by: Mapping[DeviceID, str] | Holdings | None = None,
     features: Features | None = None,
 ) -> list[NodeAccount]:
-    """`claims`: the pod's claims still to allocate. `held_by`: device -> the claim (ns/name) holding it."""
+    """`claims`: the pod's claims still to allocate. `held_by`: what allocated claims hold
+    (`Holdings.of_claims`), or just device -> the claim (ns/name) holding it whole."""
     features = features or Features()
     class_map = dict(classes) if isinstance(classes, Mapping) else {c.name: c for c in classes}
     slice_list = list(slices)
-    held = dict(held_by or {})
+    held = held_by if isinstance(held_by, Holdings) else Holdings(dict(held_by or {}))
     accounts = []
     for raw_node in nodes:
         node = raw_node if isinstance(raw_node, Node) else Node.from_object(raw_node)
@@ -106,22 +115,15 @@ def explain(
             PoolSummary(p.id, p.generation, sum(1 for _ in p.devices()), p.incomplete, p.invalid_reason)
             for p in pools
         )
-        devices = [d for p in pools for d in p.devices()]
+        devices = [(*d, p) for p in pools for d in p.devices()]
         requests = []
         for claim in claims:
-            for request in claim.requests:
-                alternatives = (
-                    [(f"{request.name}/{s.name}", s.exactly) for s in request.first_available]
-                    if request.first_available
-                    else [(request.name, request.exactly)]
-                )
-                for name, exact in alternatives:
-                    assert exact is not None
-                    requests.append(_account(claim, name, exact, class_map, devices, held))
+            for name, exact in claim.exact_requests():
+                requests.append(_account(claim, name, exact, class_map, devices, held, features))
         error = ""
         allocation = None
         try:
-            allocation = Allocator(claims, class_map, slice_list, held.keys(), features).allocate(node)
+            allocation = Allocator(claims, class_map, slice_list, held, features).allocate(node)
         except AllocationError as err:
             error = str(err)
         accounts.append(NodeAccount(node.name, summaries, tuple(requests), allocation, error))
@@ -133,16 +135,21 @@ def _account(
     name: str,
     exact: ExactRequest,
     classes: Mapping[str, DeviceClass],
-    devices: Sequence[tuple[DeviceID, Any, ResourceSlice]],
-    held: Mapping[DeviceID, str],
+    devices: Sequence[tuple[DeviceID, Any, ResourceSlice, Pool]],
+    held: Holdings,
+    features: Features,
 ) -> RequestAccount:
     device_class = classes.get(exact.device_class_name)
     wanted = "all" if exact.allocation_mode == "All" else str(exact.count)
     if device_class is None:
         return RequestAccount(claim.ref, name, exact.device_class_name, wanted, ())
     verdicts = []
-    for device_id, device, _ in devices:
-        verdicts.append(_verdict(claim, exact, device_class, device_id, device, held))
+    ledger = CounterLedger(held.is_allocated)
+    for device_id, device, _, pool in devices:
+        verdict = _verdict(claim, exact, device_class, device_id, device, held)
+        if verdict.verdict == AVAILABLE:
+            verdict = _sharing_verdict(name, exact, device_id, device, pool, held, ledger, features)
+        verdicts.append(verdict)
     return RequestAccount(claim.ref, name, device_class.name, wanted, tuple(verdicts))
 
 
@@ -152,7 +159,7 @@ def _verdict(
     device_class: DeviceClass,
     device_id: DeviceID,
     device: Any,
-    held: Mapping[DeviceID, str],
+    held: Holdings,
 ) -> DeviceVerdict:
     try:
         activation = device_activation(device_id.driver, device.attributes, device.capacity)
@@ -171,11 +178,70 @@ def _verdict(
     if not all_taints_tolerated(device, exact):
         untolerated = [str(t) for t in device.taints if not any(x.tolerates(t) for x in exact.tolerations)]
         return DeviceVerdict(device_id, TAINTED, "not tolerated: " + ", ".join(untolerated))
-    if device_id in held and not exact.admin_access:
-        return DeviceVerdict(device_id, IN_USE, f"allocated to claim {held[device_id]}")
+    if device_id in held.exclusive and not exact.admin_access:
+        holder = held.exclusive[device_id]
+        return DeviceVerdict(device_id, IN_USE, f"allocated to claim {holder}", (holder,))
     return DeviceVerdict(device_id, AVAILABLE)
 
 
-def holders(claims: Iterable[ResourceClaim]) -> dict[DeviceID, str]:
-    """Which claim holds each allocated device (admin access holds none)."""
-    return {device: claim.ref for claim in claims for device, admin in claim.allocated_devices() if not admin}
+def _sharing_verdict(
+    request: str,
+    exact: ExactRequest,
+    device_id: DeviceID,
+    device: Any,
+    pool: Pool,
+    held: Holdings,
+    ledger: CounterLedger,
+    features: Features,
+) -> DeviceVerdict:
+    """The counters and capacity a device would need for the request, against what claims hold."""
+    shared = features.consumable_capacity and device.allow_multiple_allocations
+    if features.consumable_capacity:
+        try:
+            wanted = demand(exact.capacity_requests, device, device_id.driver, request)
+            if not isinstance(wanted, dict):
+                return DeviceVerdict(device_id, CAPACITY, wanted.describe())
+            consumed = held.consumed(device_id) or {}
+            short = shortfall(wanted, device, consumed)
+        except CapacityError as err:
+            return DeviceVerdict(device_id, CAPACITY, str(err))
+        if short is not None:
+            unit = "bytes" if short.name.rpartition("/")[2] == "memory" else ""
+            detail = short.describe(unit)
+            sharers = tuple(sorted({s.claim for s in held.shares.get(device_id, ())}))
+            if short.reason == "exhausted" and sharers:
+                shares = ", ".join(
+                    f"{s.claim} {fmt(s.consumed.get(short.name, 0), unit)}" for s in held.shares[device_id]
+                )
+                detail += f" on the shared device ({shares})"
+            return DeviceVerdict(device_id, CAPACITY, detail, sharers if short.reason == "exhausted" else ())
+    paid = shared and held.consumed(device_id) is not None
+    if device.consumes_counters and features.partitionable_devices and not paid:
+        if pool.incomplete:
+            return DeviceVerdict(
+                device_id,
+                COUNTERS,
+                f"pool {pool.id} is still being published: its counter sets are not all known",
+            )
+        deficit = ledger.take(pool, device)
+        if deficit is None:
+            ledger.give_back(pool, device)
+        else:
+            takers = consumers(pool, deficit.counter_set, deficit.counter, held.is_allocated)
+            who = sorted({c for d in takers for c in held.holders(d)})
+            unit = "bytes" if deficit.counter == "memory" else ""  # NVIDIA's memory counter is in bytes
+            left = fmt(max(deficit.available, 0), unit)
+            detail = (
+                f"counter set {deficit.counter_set}: {deficit.counter} "
+                f"{fmt(deficit.wanted, unit)} wanted, {left} left"
+            )
+            if takers:
+                named = ", ".join(f"{d.device} ({', '.join(held.holders(d))})" for d in takers)
+                detail += f"; taken by {named}"
+            return DeviceVerdict(device_id, COUNTERS, detail, tuple(who))
+    return DeviceVerdict(device_id, AVAILABLE)
+
+
+def holders(claims: Iterable[ResourceClaim]) -> Holdings:
+    """What each allocated claim holds: devices whole, and shares (admin access holds none)."""
+    return Holdings.of_claims(claims)

@@ -3,7 +3,8 @@ or the v1beta1 shape (device fields under `basic:`, request fields on the reques
 
 Parsing keeps what allocation needs and refuses what it cannot read with a `ModelError` naming the object
 and the field. Attribute values stay in their API form ({"int": 1}, {"version": "1.2.3"}); capacities
-as {"value": "80Gi"}.
+as {"value": "80Gi", "requestPolicy": {...}}. Counters (partitionable devices: a slice's `sharedCounters`,
+a device's `consumesCounters`) are parsed to exact nano-unit integers, as the allocator sums them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from kubegpu.common import quantity
 
 V1BETA1 = "resource.k8s.io/v1beta1"
 ALLOCATION_RESULTS_MAX = 32  # resourceapi.AllocationResultsMaxSize
@@ -69,6 +72,22 @@ class DeviceToleration:
 
 
 @dataclass(frozen=True, slots=True)
+class CounterSet:
+    """A slice's `sharedCounters[]` entry: counter name -> amount in nano-units."""
+
+    name: str
+    counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CounterConsumption:
+    """A device's `consumesCounters[]` entry: what it takes from one counter set while allocated."""
+
+    counter_set: str
+    counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     name: str
     attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -77,6 +96,8 @@ class Device:
     node_name: str = ""
     node_selector: Mapping[str, Any] | None = None
     all_nodes: bool = False
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    allow_multiple_allocations: bool = False
 
     def attribute(self, qualified: str, driver: str) -> Mapping[str, Any] | None:
         """The attribute `domain/name`, also found unqualified when the domain is the driver's
@@ -101,7 +122,11 @@ class ResourceSlice:
     all_nodes: bool = False
     per_device_node_selection: bool = False
     devices: tuple[Device, ...] = ()
-    shared_counters: bool = False
+    counter_sets: tuple[CounterSet, ...] = ()
+
+    @property
+    def shared_counters(self) -> bool:
+        return bool(self.counter_sets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +144,7 @@ class ExactRequest:
     count: int = 1
     admin_access: bool = False
     tolerations: tuple[DeviceToleration, ...] = ()
+    capacity_requests: Mapping[str, str] | None = None  # capacity.requests, quantities as given
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,16 +183,41 @@ class ResourceClaim:
         """namespace/name, as klog.KObj prints a claim in the allocator's errors."""
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
+    def exact_requests(self) -> list[tuple[str, ExactRequest]]:
+        """(request, or request/subrequest; its exact request) for every request and subrequest."""
+        out: list[tuple[str, ExactRequest]] = []
+        for request in self.requests:
+            if request.first_available:
+                out += [(f"{request.name}/{s.name}", s.exactly) for s in request.first_available]
+            elif request.exactly is not None:
+                out.append((request.name, request.exactly))
+        return out
+
     def allocated_devices(self) -> list[tuple[DeviceID, bool]]:
         """(device, admin access) of every result in status.allocation."""
+        return [(r.device, r.admin_access) for r in self.allocated_results()]
+
+    def allocated_results(self) -> list[AllocatedResult]:
+        """Every result in status.allocation, with its share of a device allowing multiple allocations."""
         results = ((self.allocation or {}).get("devices") or {}).get("results") or []
         return [
-            (
+            AllocatedResult(
                 DeviceID(r.get("driver", ""), r.get("pool", ""), r.get("device", "")),
                 bool(r.get("adminAccess")),
+                str(r.get("shareID") or ""),
+                dict(r.get("consumedCapacity") or {}),
             )
             for r in results
+            if isinstance(r, Mapping)
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedResult:
+    device: DeviceID
+    admin_access: bool = False
+    share_id: str = ""  # set when the device allows multiple allocations
+    consumed_capacity: Mapping[str, Any] = field(default_factory=dict)  # capacity name -> quantity
 
 
 # ---- parsing -------------------------------------------------------------------------------------
@@ -217,6 +268,20 @@ def _tolerations(value: Any, where: str) -> tuple[DeviceToleration, ...]:
     )
 
 
+def _nanos(value: Any, where: str) -> int:
+    raw = _dict(value, where).get("value")
+    if raw is None:
+        raise ModelError(f"{where}.value is missing: a counter needs an amount")
+    try:
+        return quantity.parse_nanos(raw)
+    except quantity.QuantityError as err:
+        raise ModelError(f"{where}.value: {err}") from None
+
+
+def _counters(value: Any, where: str) -> dict[str, int]:
+    return {str(name): _nanos(c, f"{where}[{name}]") for name, c in _dict(value, where).items()}
+
+
 def parse_device(raw: Mapping[str, Any], where: str, v1beta1: bool) -> Device:
     body = _dict(raw.get("basic"), f"{where}.basic") if v1beta1 else raw
     taints = tuple(
@@ -231,6 +296,16 @@ def parse_device(raw: Mapping[str, Any], where: str, v1beta1: bool) -> Device:
         node_name=body.get("nodeName") or "",
         node_selector=body.get("nodeSelector"),
         all_nodes=bool(body.get("allNodes")),
+        consumes_counters=tuple(
+            CounterConsumption(
+                str(c.get("counterSet") or ""), _counters(c.get("counters"), f"{where}.consumesCounters[{i}]")
+            )
+            for i, c in enumerate(
+                _dict(c, f"{where}.consumesCounters")
+                for c in _list(body.get("consumesCounters"), f"{where}.consumesCounters")
+            )
+        ),
+        allow_multiple_allocations=bool(body.get("allowMultipleAllocations")),
     )
 
 
@@ -255,7 +330,15 @@ def parse_slice(obj: Mapping[str, Any]) -> ResourceSlice:
         all_nodes=bool(spec.get("allNodes")),
         per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
         devices=devices,
-        shared_counters=bool(spec.get("sharedCounters")),
+        counter_sets=tuple(
+            CounterSet(
+                str(c.get("name") or ""), _counters(c.get("counters"), f"{where} spec.sharedCounters[{i}]")
+            )
+            for i, c in enumerate(
+                _dict(c, f"{where} spec.sharedCounters")
+                for c in _list(spec.get("sharedCounters"), f"{where} spec.sharedCounters")
+            )
+        ),
     )
 
 
@@ -277,6 +360,12 @@ def _exact(raw: Mapping[str, Any], where: str) -> ExactRequest:
         raise ModelError(f"{where}.deviceClassName is missing: a request names its DeviceClass")
     mode = raw.get("allocationMode") or "ExactCount"
     count = raw.get("count")
+    capacity = raw.get("capacity")
+    requests = None
+    if capacity is not None:
+        requests = {
+            str(k): v for k, v in _dict(_dict(capacity, f"{where}.capacity").get("requests"), where).items()
+        }
     return ExactRequest(
         device_class_name=str(class_name),
         selectors=_selectors(raw.get("selectors"), f"{where}.selectors"),
@@ -284,6 +373,7 @@ def _exact(raw: Mapping[str, Any], where: str) -> ExactRequest:
         count=int(count) if count is not None else (1 if mode == "ExactCount" else 0),
         admin_access=bool(raw.get("adminAccess")),
         tolerations=_tolerations(raw.get("tolerations"), f"{where}.tolerations"),
+        capacity_requests=requests,
     )
 
 

@@ -50,6 +50,7 @@ NVIDIA_CAPACITIES = frozenset(
         "jpegEngines",
         "ofaEngines",
         "addressableMemory",
+        "shares",  # --consumable-shares=N (ConsumableShares gate): N shares per device
     }
 )
 _MEMORY_SLICE = re.compile(r"memorySlice\d+")

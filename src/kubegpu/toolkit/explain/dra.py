@@ -27,7 +27,7 @@ from kubegpu.resourceapi import (
     parse_slice,
 )
 from kubegpu.resourceapi import Node as DraNode
-from kubegpu.resourceapi.explain import AVAILABLE, IN_USE
+from kubegpu.resourceapi.explain import AVAILABLE, CAPACITY, COUNTERS, IN_USE
 from kubegpu.resourceapi.nodes import selector_matches
 from kubegpu.toolkit.dra_facts import NVIDIA_CLASSES, claim_from_template, slices_per_node
 from kubegpu.toolkit.model import Node, Pod
@@ -176,6 +176,14 @@ def _classes(snapshot: Snapshot, notes: list[str]) -> list[DeviceClass]:
     ]
 
 
+def _share(result: dict[str, Any]) -> str:
+    """A shared device's part of an allocation result: what the claim would consume of it."""
+    consumed = result.get("consumedCapacity")
+    if not result.get("shareID"):
+        return ""
+    return " (shared" + "".join(f", {k} {v}" for k, v in sorted((consumed or {}).items())) + ")"
+
+
 def _row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
     requests = []
     for r in account.requests:
@@ -202,7 +210,7 @@ def _row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
         for p in account.pools
     ]
     allocation = [
-        f"{claim.ref} {r.get('request')}: {r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+        f"{claim.ref} {r.get('request')}: {r.get('driver')}/{r.get('pool')}/{r.get('device')}" + _share(r)
         for claim, result in zip(pending, account.allocation or [], strict=False)
         for r in (result.get("devices") or {}).get("results") or []
     ]
@@ -287,7 +295,7 @@ def dra_filter(
     # Every allocated claim holds its devices, the pod's own included (a pending claim of the pod cannot
     # be given a device its other claim holds); only other pods' claims can let go in the what-if below.
     own = holders(allocated)
-    held = {**holders(others), **own}
+    held = holders(others).merged(own)
     candidates = [DraNode(name, dict(nodes[name].metadata.labels or {})) for name in outcome.feasible]
     feasible = []
     accounts = {}
@@ -315,7 +323,8 @@ def dra_filter(
             if account.fits:
                 verdicts = (v for r in accounts[account.node].requests for v in r.verdicts)
                 holding = sorted(
-                    {held[v.device] for v in verdicts if v.verdict == IN_USE} - set(own.values())
+                    {c for v in verdicts if v.verdict in (IN_USE, COUNTERS, CAPACITY) for c in v.holders}
+                    - {c for d in list(own.exclusive) + list(own.shares) for c in own.holders(d)}
                 )
                 result.free_to_fit.append({"node": account.node, "held_by": holding})
     return result

@@ -7,7 +7,9 @@ DRA driver publishes and, with a snapshot, what the cluster's ResourceSlices hol
 DeviceClass must exist in the files, the snapshot, or (without a snapshot that lists classes) be one of
 NVIDIA's (KG019). With a snapshot, an ExactCount request must not want more devices than any node has that
 pass the class's and the request's selectors (KG020). A pod's claims must exist and its containers must
-name claims and requests that do (KG021).
+name claims and requests that do (KG021). With a snapshot, capacity requests must be what some selected
+device's request policy allows (KG022, `dra_capacity`); without one, a capacity name NVIDIA's driver never
+publishes is a warning.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kubegpu.toolkit.dra_facts import (
     references,
     slices_per_node,
 )
+from kubegpu.toolkit.lint.dra_capacity import capacity_problems
 from kubegpu.toolkit.lint.rules import WARNING, Finding
 from kubegpu.toolkit.manifests import DraObject, Manifests, Path, Source, Workload
 
@@ -206,8 +209,11 @@ class _Linter:
                 continue
             if class_name not in classes:
                 self._unknown_class(obj, request, class_name, classes)
+            elif class_name in NVIDIA_CLASSES and not self.slices:
+                self.check_nvidia_capacity(obj, request)
         if self.cluster is not None and self.slices:
             self.check_counts(obj, classes)
+            self.check_capacity(obj, classes)
 
     def _unknown_class(
         self, obj: DraObject, request: _Request, class_name: str, classes: dict[str, tuple[str, ...]]
@@ -289,6 +295,53 @@ class _Linter:
                     "ask for at most that many per claim (several pods, or a node with more GPUs), or "
                     "loosen the selectors",
                 )
+
+    def check_nvidia_capacity(self, obj: DraObject, request: _Request) -> None:
+        """KG022 without the cluster's slices: capacity names NVIDIA's DRA driver never publishes."""
+        capacity = request.exact.get("capacity")
+        asked = capacity.get("requests") if isinstance(capacity, dict) else None
+        for name in sorted(asked if isinstance(asked, dict) else {}):
+            domain, _, ident = str(name).rpartition("/")
+            ref = Reference("capacity", domain or NVIDIA_DRIVER, ident)
+            if published(ref, NVIDIA_DRIVER) is False:
+                self.add(
+                    obj,
+                    "KG022",
+                    (*request.path, "capacity", "requests", name),
+                    f"request {request.label!r} asks for capacity {name!r}, which NVIDIA's DRA driver "
+                    "does not publish; no device takes the request",
+                    "ask for memory (any mode of --consumable-shares) or shares (--consumable-shares=N), or "
+                    "lint with --snapshot to check against the cluster's devices",
+                    severity=WARNING,
+                )
+
+    def check_capacity(self, obj: DraObject, classes: dict[str, tuple[str, ...]]) -> None:
+        """KG022: capacity requests against the published request policies (lint.dra_capacity)."""
+        try:
+            claim = self._as_claim(obj)
+        except ModelError:
+            return
+        nodes = (
+            [DraNode(n.metadata.name, dict(n.metadata.labels or {})) for n in self.cluster.nodes]
+            if self.cluster
+            else []
+        )
+        class_objects = [
+            parse_class(
+                {"metadata": {"name": n}, "spec": {"selectors": [{"cel": {"expression": e}} for e in s]}}
+            )
+            for n, s in classes.items()
+        ]
+        paths = {request.label: request.path for request in _requests(obj)}
+        for problem in capacity_problems(claim, class_objects, self.slices, nodes):
+            self.add(
+                obj,
+                "KG022",
+                (*paths.get(problem.request, ()), "capacity", "requests"),
+                problem.message,
+                problem.fix,
+                severity=WARNING if problem.rounded_only else None,
+            )
 
     # --- pods ------------------------------------------------------------------------------------------
 

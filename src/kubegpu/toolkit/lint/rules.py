@@ -103,6 +103,13 @@ RULES = {
             ERROR,
             "a pod names a claim, template or request that does not exist",
         ),
+        Rule(
+            "KG022",
+            "dra-capacity-request-policy",
+            ERROR,
+            "a DRA request asks for capacity no device's requestPolicy allows (a warning when rounded up)",
+            True,
+        ),
     )
 }
 
