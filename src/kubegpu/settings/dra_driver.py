@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from kubegpu.settings.choices import DEFAULT_HOOK_PATH
 from kubegpu.settings.feature_gates import (
+    NVIDIA_GATES,
     FeatureGateError,
     FeatureGates,
     not_implemented,
@@ -89,7 +90,13 @@ def driver_flags(given: Mapping[str, FlagValue]) -> DriverFlags:
     try:
         gates = parse_feature_gates(str(value("feature-gates")))
     except FeatureGateError as err:
-        raise ConfigError(f"invalid {origin}: {err}") from None
+        known = ", ".join(g.name for g in NVIDIA_GATES)
+        fix = (
+            f" (NVIDIA's gates: {known})"
+            if str(err).startswith("unrecognized")
+            else " (use Name=true,Name=false)"
+        )
+        raise ConfigError(f"invalid {origin}: {err}{fix}") from None
     failure = validation_failure(gates)
     if failure is not None:
         raise ConfigError(f"feature gate validation failed: {failure}")
