@@ -6,6 +6,9 @@ GPU kubelet plugin's), written out."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +140,12 @@ async def test_the_driver_refuses_to_start_on_bad_gates(gates: str, text: str) -
         assert code == 1
         assert text in node.log()
         assert not (node.plugins / "gpu.nvidia.com" / "dra.sock").exists()
+        # `config check-dra` on the same env says what the driver said, word for word
+        checked = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "kubegpu", "config", "check-dra", "--json"],
+            env=node.env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert checked.returncode == 1
+        (error,) = json.loads(checked.stdout)["errors"]
+        assert text in error and f"ERROR kubegpu: {error}\n" in node.log()
