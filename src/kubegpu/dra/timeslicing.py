@@ -76,7 +76,10 @@ class TimeSlicer:
             log.info("claim %s: time slice of %s set to %s", claim_uid, device.gpu.uuid, interval)
 
     def reset(self, claim_uid: str, uuids: Sequence[str]) -> None:
-        """Back to Default at Unprepare; TimeSliceError when nvidia-smi fails (the kubelet retries)."""
+        """Back to Default at Unprepare; TimeSliceError when nvidia-smi fails (the kubelet retries).
+
+        Every GPU of a claim is its own today; with ConsumableShares, NVIDIA skips the GPUs another prepared
+        claim still uses, and so must the caller then."""
         for uuid in uuids:
             try:
                 self._set(uuid, DEFAULT_INTERVAL)
