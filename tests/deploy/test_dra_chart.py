@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kubegpu.configcheck.dra import check_driver
+
 from .conftest import (
     CHART,
     NAMESPACE,
@@ -415,6 +417,20 @@ def test_the_extended_resource_bridge_goes_on_the_gpu_class_only() -> None:
     with pytest.raises(HelmError) as err:
         render({"dra": {"extendedResourceName": "nvidia.com/gpu 1"}})
     assert "at '/dra/extendedResourceName': 'nvidia.com/gpu 1' does not match pattern" in str(err.value)
+
+
+def test_feature_gates_become_nvidias_env_and_the_driver_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "FEATURE_GATES" not in env(dra(render(ON)))
+    ctr = dra(
+        render({"dra": {"enabled": True, "featureGates": {"TimeSlicingSettings": True, "DynamicMIG": False}}})
+    )
+    assert env(ctr)["FEATURE_GATES"] == "DynamicMIG=false,TimeSlicingSettings=true,"  # NVIDIA's chart's form
+    monkeypatch.setenv("FEATURE_GATES", env(ctr)["FEATURE_GATES"])
+    report = check_driver({})
+    assert report.errors == [] and report.gates is not None and report.gates["TimeSlicingSettings"]
+    with pytest.raises(HelmError) as err:
+        render({"dra": {"featureGates": {"DynamicMIG": "yes"}}})
+    assert "/dra/featureGates/DynamicMIG" in str(err.value)
 
 
 def test_metrics_are_off_by_default_and_on_with_nvidias_env_names_and_a_port() -> None:

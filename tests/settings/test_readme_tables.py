@@ -8,9 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kubegpu.settings.docs import (
+    GATES_HEADER,
     KUBEGPU_HEADER,
     NVIDIA_DRA_HEADER,
     NVIDIA_HEADER,
+    gate_rows,
     kubegpu_rows,
     nvidia_dra_rows,
     nvidia_plugin_rows,
@@ -114,4 +116,48 @@ def test_nvidia_dra_driver_flags_table() -> None:
         ("`--kubeconfig`", "`KUBECONFIG`", ""),
         ("`--http-endpoint`", "`HTTP_ENDPOINT`", ""),
         ("`--metrics-path`", "`METRICS_PATH`", "`/metrics`"),
+        ("`--feature-gates`", "`FEATURE_GATES`", ""),
+        ("`--consumable-shares`", "`CONSUMABLE_SHARES`", "`disabled`"),
+        ("`--nvidia-driver-root` (`--host_driver-root`)", "`NVIDIA_DRIVER_ROOT`, `HOST_DRIVER_ROOT`", "`/`"),
+        ("`--container-driver-root`", "`DRIVER_ROOT_CTR_PATH`", "`/driver-root`"),
+        ("`--nvidia-cdi-hook-path`", "`NVIDIA_CDI_HOOK_PATH`", ""),
+        ("`--additional-xids-to-ignore`", "`ADDITIONAL_XIDS_TO_IGNORE`", ""),
+        ("`--namespace`", "`NAMESPACE`", "`default`"),
+        ("`--host-root`", "`HOST_ROOT`", "`/host-root`"),
+        ("`--image-name`", "`IMAGE_NAME`", ""),
+        ("`--image-pull-secrets`", "`IMAGE_PULL_SECRETS`", ""),
+        ("`--image-pull-policy`", "`IMAGE_PULL_POLICY`", ""),
+        ("`--service-account-name`", "`SERVICE_ACCOUNT_NAME`", ""),
+        ("`--healthcheck-port`", "`HEALTHCHECK_PORT`", "`-1`"),
+        ("`--kube-api-qps`", "`KUBE_API_QPS`", "`5`"),
+        ("`--kube-api-burst`", "`KUBE_API_BURST`", "`10`"),
+        ("`--v`", "`V`", "`0`"),
+        ("`--vmodule`", "`VMODULE`", ""),
+        ("`--logging-format`", "`LOGGING_FORMAT`", "`text`"),
+        ("`--log-flush-frequency`", "`LOG_FLUSH_FREQUENCY`", "`5s`"),
+        ("`--log-text-split-stream`", "`LOG_TEXT_SPLIT_STREAM`", "`false`"),
+        ("`--log-text-info-buffer-size`", "`LOG_TEXT_INFO_BUFFER_SIZE`", "`0`"),
+        ("`--log-json-split-stream`", "`LOG_JSON_SPLIT_STREAM`", "`false`"),
+        ("`--log-json-info-buffer-size`", "`LOG_JSON_INFO_BUFFER_SIZE`", "`0`"),
     ]  # fmt: skip
+
+
+def test_nvidia_dra_feature_gates_table() -> None:
+    readme = readme_table(GATES_HEADER)
+    assert readme == gate_rows()
+    # NVIDIA's 13 gates, defaults and stages (pkg/featuregates/featuregates.go), written out
+    assert [row[:3] for row in readme] == [
+        ("`TimeSlicingSettings`", "`false`", "Alpha"),
+        ("`MPSSupport`", "`false`", "Alpha"),
+        ("`IMEXDaemonsWithDNSNames`", "`true`", "Beta"),
+        ("`PassthroughSupport`", "`false`", "Alpha"),
+        ("`DynamicMIG`", "`false`", "Alpha"),
+        ("`NVMLDeviceHealthCheck`", "`false`", "Alpha"),
+        ("`ComputeDomainCliques`", "`true`", "Beta"),
+        ("`CrashOnNVLinkFabricErrors`", "`true`", "Beta"),
+        ("`DeviceMetadata`", "`false`", "Alpha"),
+        ("`DRAListTypeAttributes`", "`false`", "Alpha"),
+        ("`FabricManagerPartitioning`", "`false`", "Alpha"),
+        ("`HostManagedIMEXDaemon`", "`false`", "Alpha"),
+        ("`ConsumableShares`", "`false`", "Alpha"),
+    ]

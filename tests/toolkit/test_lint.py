@@ -237,3 +237,23 @@ def test_plugin_config_without_sharing_leaves_the_finding_a_warning(tmp_path: An
     _, data = run(str(MANIFESTS / "sharing-and-mig.json"), "--plugin-config", str(config))
     shared = next(f for f in data["findings"] if f["rule"] == "KG005")
     assert shared["severity"] == "warning"
+
+
+def test_a_resource_a_device_class_bridges_is_not_reported_missing() -> None:
+    """With a DeviceClass whose extendedResourceName is nvidia.com/gpu (KEP-5004), a DRA-only cluster serves
+    a `nvidia.com/gpu: 1` pod through a claim the scheduler makes: no KG009."""
+    text = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+        "    resources: {limits: {nvidia.com/gpu: 1}}\n"
+    )
+    gpu_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"extendedResourceName": "nvidia.com/gpu"},
+    }
+    bridged = ClusterFacts(dra={"DeviceClass": [gpu_class]})
+    assert [f.rule for f in run_lint(parse_text(text, "p.yaml"), LintOptions(cluster=bridged))] == []
+    unbridged = ClusterFacts(dra={"DeviceClass": [{**gpu_class, "spec": {}}]})
+    found = run_lint(parse_text(text, "p.yaml"), LintOptions(cluster=unbridged))
+    assert [f.rule for f in found] == ["KG009"]

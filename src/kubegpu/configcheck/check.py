@@ -345,3 +345,12 @@ def _show(report: CheckReport | SourceReport, as_json: bool) -> NoReturn:
     else:
         render(report, output.console())
     sys.exit(report.exit_code)
+
+
+def _add_driver_check() -> None:
+    from kubegpu.configcheck.dra import check_dra_cmd
+
+    config_group.add_command(check_dra_cmd)
+
+
+_add_driver_check()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from dataclasses import replace
 from typing import Any
 
 import click
 
 from kubegpu.cli.logs import setup_logging
 from kubegpu.cli.params import given_values, setting_options
+from kubegpu.settings.dra_driver import driver_flags
 from kubegpu.settings.dra_selection import parse_gpu_selection
 from kubegpu.settings.given import value_of
 from kubegpu.settings.kubeconfig import KubeconfigError
@@ -61,7 +63,11 @@ def dra_cmd(verbose: bool, **params: Any) -> None:
         )
         sys.exit(1)
     try:
-        health = HealthSettings.from_settings(DaemonEnv.from_given(given))
+        env = DaemonEnv.from_given(given)
+        # NVIDIA's --additional-xids-to-ignore adds to DP_DISABLE_HEALTHCHECKS's XIDs.
+        skipped = env.disable_healthchecks
+        ignored = replace(skipped, ids=skipped.ids | settings.driver.xids_to_ignore)
+        health = HealthSettings.from_settings(replace(env, disable_healthchecks=ignored))
         api_client = client.ApiClient(configuration)
         nvml = load_nvml(NvmlSelection.from_given(given, DRA))
     except (XidCatalogError, ConfigError, ValueError) as err:
@@ -110,7 +116,12 @@ def _settings(given: dict[str, Any]) -> Any:
         check_path(metrics_path)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    driver = driver_flags(given)
+    for warning in driver.warnings:
+        log.warning("%s", warning)
+    log.info("feature gates: %s", driver.gates.text())
     return DraSettings(
+        driver=driver,
         node_name=node_name,
         driver_name=str(value("driver-name")).strip(),
         selection=selection,

@@ -27,7 +27,6 @@ from typing import Any
 import pynvml
 from kubernetes import client
 
-from kubegpu.allocation.cdi import CdiOptions
 from kubegpu.allocation.resources import parse_mig_minors
 from kubegpu.common.backoff import Backoff
 from kubegpu.dra.api_errors import count_api_errors
@@ -40,6 +39,7 @@ from kubegpu.dra.health_stream import HEALTH_NAMES, DraHealthService, HealthBroa
 from kubegpu.dra.metered import MeteredPreparer
 from kubegpu.dra.metrics_server import MetricsServer
 from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
+from kubegpu.dra.nvidia_flags import cdi_options, time_slicer
 from kubegpu.dra.prepare import Preparer
 from kubegpu.dra.publisher import SlicePublisher
 from kubegpu.dra.rebuild import clean_up, rebuild_forever
@@ -49,6 +49,7 @@ from kubegpu.node.faults import FaultBook
 from kubegpu.node.health import HealthEvent, HealthMonitor, HealthSettings
 from kubegpu.node.inventory import Inventory
 from kubegpu.node.nvml.backend import NvmlBackend
+from kubegpu.settings.dra_driver import DEFAULT_DRIVER_FLAGS, DriverFlags
 from kubegpu.settings.dra_selection import GpuSelection
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class DraSettings:
     api_timeout: float = 10.0
     http_endpoint: str = ""  # NVIDIA's --http-endpoint: empty serves no metrics
     metrics_path: str = "/metrics"
+    driver: DriverFlags = DEFAULT_DRIVER_FLAGS  # NVIDIA's other flags and the feature gates
 
     @property
     def plugin_dir(self) -> Path:
@@ -151,7 +153,7 @@ class DraDaemon:
             metrics = self._serve_metrics()
             checkpoint = Checkpoint(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
             checkpoint.load()
-            specs = ClaimSpecs(s.cdi_root, s.driver_name, CdiOptions(mig_minors=_mig_minors()))
+            specs = ClaimSpecs(s.cdi_root, s.driver_name, cdi_options(s.driver, _mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
             reader = ClaimReader(self.api_client, s.driver_name, s.api_timeout)
@@ -164,6 +166,8 @@ class DraDaemon:
                 reader=reader,
                 lock=NodeLock(s.plugin_dir / LOCK_FILE, s.lock_timeout),
                 devices=self.devices,
+                gates=s.driver.gates,
+                timeslicer=time_slicer(s.driver),
             )
             await preparer.recover()  # the specs the checkpoint does not name hold their devices
             self.report_health()

@@ -43,7 +43,10 @@ from kubegpu.dra.gpuconfig import (
     configs_for_results,
 )
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
+from kubegpu.dra.sharing_gates import check_strategy
+from kubegpu.dra.timeslicing import TimeSliceError, TimeSlicer, time_sliced_uuids
 from kubegpu.node.inventory import Inventory
+from kubegpu.settings.feature_gates import DEFAULT_GATES, FeatureGates
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,8 @@ class Preparer:
         reader: ClaimReader,
         lock: NodeLock,
         devices: Callable[[], tuple[Inventory, dict[str, DraDevice]]],
+        gates: FeatureGates = DEFAULT_GATES,
+        timeslicer: TimeSlicer | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -85,6 +90,8 @@ class Preparer:
         self.reader = reader
         self.lock = lock
         self.devices = devices
+        self.gates = gates
+        self.timeslicer = timeslicer  # TimeSlicingSettings on: time slices set and reset with nvidia-smi
         self.failures = FailureCounts()
         # Specs on disk that no checkpoint entry names, by claim UID, with the devices each names: claims
         # prepared before the checkpoint was lost. Their devices stay held until `rebuild` settles them.
@@ -258,6 +265,8 @@ class Preparer:
                 self._check_free(what, claim.uid, result.device)
             picked.append(device)
         sharing = self._sharing(claim, picked)
+        if self.timeslicer is not None:  # before anything is recorded: a failure leaves nothing behind
+            self.timeslicer.apply(claim.uid, [r.request for r in claim.results], picked, sharing)
         prepared = tuple(
             PreparedDevice(
                 (result.request_name,),
@@ -320,6 +329,7 @@ class Preparer:
                     f"{device.kind.upper()} "
                     f"device {device.name} (request {result.request}): use {wanted}"
                 )
+            check_strategy(config.sharing, self.gates)
             out[device.name] = config.sharing
         return out
 
@@ -351,8 +361,12 @@ class Preparer:
             log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
             return None
         try:
+            if self.timeslicer is not None and known is not None:
+                self.timeslicer.reset(ref.uid, time_sliced_uuids(known.sharing, self.devices()[1]))
             self.specs.remove(ref.uid)
             self.checkpoint.remove(ref.uid)
+        except TimeSliceError as err:
+            return Failure(err.kind, str(err))
         except OSError as err:
             message = f"{ref.describe()}: cannot remove {err.filename or 'a file'}: {err.strerror}"
             log.error("%s", message)

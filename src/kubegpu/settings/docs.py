@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kubegpu.settings.feature_gates import GATES, Gate
 from kubegpu.settings.setting import DRA, PLUGIN, Setting
 from kubegpu.settings.table import SETTINGS
 from kubegpu.settings.values import default_text
@@ -14,6 +15,7 @@ from kubegpu.settings.values import default_text
 KUBEGPU_HEADER = ("flag", "env var", "default", "commands", "what")
 NVIDIA_HEADER = ("flag (aliases)", "env var(s)", "default", "config key")
 NVIDIA_DRA_HEADER = ("NVIDIA DRA driver flag", "env var", "default", "what")
+GATES_HEADER = ("feature gate", "NVIDIA default", "stage", "in kubegpu")
 
 
 def _code(text: str) -> str:
@@ -42,12 +44,8 @@ def kubegpu_rows() -> list[tuple[str, ...]]:
 def nvidia_plugin_rows() -> list[tuple[str, ...]]:
     """NVIDIA's flags and env vars of the plugin."""
 
-    def flag(s: Setting) -> str:
-        aliases = f" ({_codes(s.aliases)})" if s.aliases else ""
-        return _code(s.option) + aliases
-
     return [
-        (flag(s), _codes(s.envvars), _code(default_text(s)), _code(".".join(s.path)))
+        (_flag(s), _codes(s.envvars), _code(default_text(s)), _code(".".join(s.path)))
         for s in SETTINGS
         if s.owner == "nvidia" and PLUGIN in s.commands
     ]
@@ -56,10 +54,30 @@ def nvidia_plugin_rows() -> list[tuple[str, ...]]:
 def nvidia_dra_rows() -> list[tuple[str, ...]]:
     """NVIDIA's DRA driver (gpu-kubelet-plugin) flags that `kubegpu dra` takes under the same names."""
     return [
-        (_code(s.option), _codes(s.envvars), _code(default_text(s)), s.help)
+        (_flag(s), _codes(s.envvars), _code(default_text(s)), s.help)
         for s in SETTINGS
         if s.owner == "nvidia" and DRA in s.commands and s.flag
     ]
+
+
+def gate_rows() -> list[tuple[str, ...]]:
+    """NVIDIA's DRA driver feature gates and what each does in `kubegpu dra`."""
+
+    def status(gate: Gate) -> str:
+        if not gate.implemented:
+            return f"refused at start when on (not implemented yet): {gate.what}"
+        return gate.what
+
+    return [
+        (_code(g.name), _code(str(g.default).lower()), g.stage, status(g))
+        for g in GATES
+        if g.scope != "logging"
+    ]
+
+
+def _flag(s: Setting) -> str:
+    aliases = f" ({_codes(s.aliases)})" if s.aliases else ""
+    return _code(s.option) + aliases
 
 
 def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -73,5 +91,7 @@ if __name__ == "__main__":
     print(markdown(NVIDIA_HEADER, nvidia_plugin_rows()))
     print("\nNVIDIA's DRA driver flags of `kubegpu dra`:\n")
     print(markdown(NVIDIA_DRA_HEADER, nvidia_dra_rows()))
+    print("\nNVIDIA's DRA driver feature gates:\n")
+    print(markdown(GATES_HEADER, gate_rows()))
     print("\nkubegpu's own settings:\n")
     print(markdown(KUBEGPU_HEADER, kubegpu_rows()))

@@ -45,6 +45,8 @@ def _check_offered(ctx: LintContext, cluster: ClusterFacts, name: str, need: int
     """KG009, KG012, KG013, KG010: some node offers `need` of `name` and lets the pod in."""
     spec = ctx.workload.spec
     offered = cluster.offered.get(name, [])
+    if not offered and bridging_classes(cluster, name):
+        return  # served through DRA (KEP-5004): the scheduler makes a claim of that class; see `explain`
     if not offered:
         known = ", ".join(sorted(n for n in cluster.offered if res.is_gpu(n))) or "none"
         ctx.add(
@@ -116,3 +118,14 @@ def _check_runtime_class(ctx: LintContext, cluster: ClusterFacts, wants_gpus: bo
 def _admin_taints(node: Node) -> list[Taint]:
     """Taints an admin set on purpose; condition taints (not-ready, ...) come and go, not a spec bug."""
     return [t for t in node.spec.taints or [] if not t.key.startswith(_CONDITION_TAINT_PREFIXES)]
+
+
+def bridging_classes(cluster: ClusterFacts, name: str) -> list[str]:
+    """The DeviceClasses whose `extendedResourceName` is `name` (the extended-resource bridge, KEP-5004:
+    beta and on in 1.36): a pod asking for `name` can get a device of that class where no node advertises
+    it."""
+    return sorted(
+        str((c.get("metadata") or {}).get("name", ""))
+        for c in cluster.dra.get("DeviceClass", [])
+        if (c.get("spec") or {}).get("extendedResourceName") == name
+    )
