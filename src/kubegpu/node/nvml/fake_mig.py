@@ -136,7 +136,7 @@ class MigCalls(DeviceTable):
 
     def nvmlDeviceCreateGpuInstance(self, device: Any, profileId: int) -> Any:
         """The first possible placement that is free, as NVML picks one."""
-        gpu, mig = self._enabled(device)
+        _, mig = self._enabled(device)
         profile = self._profile_by_id(mig, profileId)
         for start in profile.placements:
             placement = pynvml.c_nvmlGpuInstancePlacement_t()
