@@ -39,6 +39,8 @@ class DraDevice:
     name: str
     gpu: Gpu
     mig: MigDevice | None = None
+    # A DynamicMIG partition (`dra.partitions`): a MIG device Prepare creates; `mig` is set once it exists.
+    dynamic: bool = False
 
     @property
     def uuid(self) -> str:
@@ -46,7 +48,7 @@ class DraDevice:
 
     @property
     def kind(self) -> str:
-        return "mig" if self.mig else "gpu"
+        return "mig" if self.mig or self.dynamic else "gpu"
 
     @property
     def health(self) -> Health:
@@ -107,7 +109,7 @@ def device_entries(
 def device_entry(
     device: DraDevice, inventory: Inventory, driver_name: str = DEFAULT_DRIVER_NAME
 ) -> dict[str, Any]:
-    attributes = _gpu_attributes(device.gpu, inventory)
+    attributes = gpu_attributes(device.gpu, inventory)
     if device.mig is None:
         attributes = {"type": {"string": "gpu"}, "uuid": {"string": device.gpu.uuid}, **attributes}
         capacity = {"memory": _quantity(device.gpu.memory_bytes)}
@@ -137,7 +139,7 @@ def health_taint(health: Health, driver_name: str = DEFAULT_DRIVER_NAME) -> dict
     return {"key": f"{driver_name}/gpu-lost", "effect": "NoSchedule"}
 
 
-def _gpu_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str, Any]]:
+def gpu_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str, Any]]:
     """The attributes a MIG device shares with its parent GPU, in NVIDIA's order."""
     attrs: dict[str, dict[str, Any]] = {
         "productName": {"string": gpu.name},

@@ -95,6 +95,14 @@ def _read_mig_device(
     )
 
 
+def gi_profile_name(index: int, slices: int, memory_mib: int, gpu_memory_bytes: int) -> str:
+    """go-nvlib's name of a GPU instance profile (NVML_GPU_INSTANCE_PROFILE_* `index`), e.g. "1g.10gb+me"."""
+    return f"{slices}g.{mig_memory_gb(memory_mib, gpu_memory_bytes)}gb" + _GI_PROFILE_SUFFIX.get(index, "")
+
+
+GI_PROFILE_COUNT = max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, max(_GI_PROFILE_SUFFIX) + 1)
+
+
 def mig_memory_gb(mig_memory_mib: int, gpu_memory_bytes: int) -> int:
     """The GB in a MIG profile name, as go-nvlib computes it.
 
