@@ -66,6 +66,13 @@ async def test_a_partition_is_created_on_prepare_destroyed_on_unprepare_and_crea
     async with DraNode("mig-dynamic", env=GATE) as node:
         await started(node)
         assert node.sim is not None
+        await node.wait_published(4 * 25)  # every possible partition of the 4 GPUs
+        counters = [s["spec"]["sharedCounters"] for s in node.slices() if "sharedCounters" in s["spec"]]
+        assert [[c["name"] for c in sets] for sets in counters] == [
+            ["gpu-0-counter-set", "gpu-1-counter-set", "gpu-2-counter-set", "gpu-3-counter-set"]
+        ]
+        assert {s["spec"]["pool"]["resourceSliceCount"] for s in node.slices()} == {3}
+        assert "uuid" not in node.published()["gpu-2-mig-1g10gb-19-3"]["attributes"]
         assert live_migs(node, H100) == []
         uuids = []
         for round_ in ("first", "second"):

@@ -26,14 +26,15 @@ from kubegpu.dra.partitions import (
     full_gpu_consumption,
     partitioned_node,
     partitions,
-    split_slices,
-    uses_split_model,
+    published_entries,
 )
+from kubegpu.dra.slices import devices_of, spec, split
 from kubegpu.node.discovery import discover
 from kubegpu.node.inventory import Gpu, Inventory
 from kubegpu.node.nvml.backend import NvmlBackend
 from kubegpu.node.nvml.fake import FakeNvml
 
+DRIVER = "gpu.nvidia.com"
 MODELS = {0: "A100-SXM4-40GB", 1: "A100-SXM4-80GB", 2: "H100 80GB HBM3", 3: "H200"}
 
 
@@ -117,18 +118,16 @@ def test_the_counter_set_of_an_h100() -> None:
     ]
 
 
-def test_slices_split_from_1_35_on_and_combined_before() -> None:
+def test_counter_sets_get_a_slice_of_their_own_before_the_devices() -> None:
     inventory, tables = node()
-    published = partitioned_node(inventory, tables, inventory.gpus)
-    split = split_slices(published, split_model=True)
-    assert list(split[0]) == ["sharedCounters"] and len(split[0]["sharedCounters"]) == 4
-    assert all(list(s) == ["devices"] and len(s["devices"]) <= 64 for s in split[1:])
-    assert sum(len(s["devices"]) for s in split[1:]) == 4 * 25
-    combined = split_slices(published, split_model=False)
-    assert [len(s["sharedCounters"]) for s in combined] == [1, 1, 1, 1]
-    assert [len(s["devices"]) for s in combined] == [25, 25, 25, 25]
-    assert uses_split_model("v1.36.0") and uses_split_model("v1.35.0-gke.1")
-    assert not uses_split_model("v1.34.2") and not uses_split_model("garbage")
+    chunks = split(published_entries(partitioned_node(inventory, tables, inventory.gpus)))
+    assert [len(c) for c in chunks] == [1, 64, 36]  # 4 sets; 4 x 25 devices, 64 a slice with counters
+    body = spec(
+        driver="gpu.nvidia.com", node_name="n", generation=1, count=3, devices=chunks[0], version="v1"
+    )
+    assert "devices" not in body
+    assert [s["name"] for s in body["sharedCounters"]] == [f"gpu-{i}-counter-set" for i in range(4)]
+    assert devices_of({"spec": body}, "v1") == chunks[0]  # read back as the same entry: in sync
 
 
 @pytest.mark.parametrize("index", list(MODELS))

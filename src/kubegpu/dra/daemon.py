@@ -131,6 +131,10 @@ class DraDaemon:
             self.events.devices(collections.Counter(HEALTH_NAMES[r.health] for r in reports))
 
     def entries(self) -> list[dict[str, Any]]:
+        if self.dynamic_mig is not None:  # DynamicMIG: partitions and counter sets on partitioned GPUs
+            inventory, table = self.devices()
+            selected = [g.uuid for g in inventory.gpus if self.settings.selection.includes(g)]
+            return self.dynamic_mig.entries(table, inventory, selected, self.settings.driver_name)
         return device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
 
     # ---- lifecycle ----------------------------------------------------------------------------------------

@@ -28,8 +28,16 @@ from typing import Any
 import pynvml
 
 from kubegpu.dra.claims import ClaimError
-from kubegpu.dra.devices import DraDevice
-from kubegpu.dra.partitions import NAME, MigProfile, Partition, partition_name, partitions
+from kubegpu.dra.devices import DraDevice, device_entry, health_taint
+from kubegpu.dra.partitions import (
+    NAME,
+    MigProfile,
+    Partition,
+    partition_name,
+    partitioned_node,
+    partitions,
+    published_entries,
+)
 from kubegpu.node.discovery_mig import GI_PROFILE_COUNT, gi_profile_name
 from kubegpu.node.inventory import Gpu, Inventory, MigDevice, MigEngines
 from kubegpu.node.nvml.backend import NvmlApi
@@ -161,6 +169,24 @@ class DynamicMig:
         """`table` (the node's devices) with each partitioned GPU's devices replaced by its partitions."""
         kept = {name: d for name, d in table.items() if d.gpu.uuid not in self.tables}
         return {**kept, **self.devices(inventory, include)}
+
+    def entries(
+        self, table: Mapping[str, DraDevice], inventory: Inventory, include: Collection[str], driver_name: str
+    ) -> list[dict[str, Any]]:
+        """What the node publishes: the devices of `table` not on a partitioned GPU, then the partitioned
+        GPUs' counter sets and partition devices (those of an unhealthy GPU with its taint)."""
+        plain = [
+            device_entry(d, inventory, driver_name) for d in table.values() if d.gpu.uuid not in self.tables
+        ]
+        gpus = [g for g in inventory.gpus if g.uuid in include]
+        node = partitioned_node(inventory, self.tables, gpus)
+        health = {f"gpu-{g.minor}-": g.health for g in gpus}
+        for entry in node.devices:
+            prefix = entry["name"].split("mig-", 1)[0]
+            taint = health_taint(health[prefix], driver_name)
+            if taint is not None:
+                entry["taints"] = [taint]
+        return plain + published_entries(node)
 
     # ---- create --------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubegpu.dra.devices import binary_si, gpu_attributes
-from kubegpu.dra.slices import split
+from kubegpu.dra.slices import counters_entry
 from kubegpu.node.inventory import Gpu, Inventory
 
 NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")  # NVIDIA's parse regex for MIG device names
@@ -179,25 +179,12 @@ def partitioned_node(
     return PartitionedNode(sets, devices)
 
 
-def split_slices(node: PartitionedNode, split_model: bool) -> list[dict[str, Any]]:
-    """The slices' contents (`{"sharedCounters": [...]}` / `{"devices": [...]}`), as NVIDIA lays them out.
-
-    From Kubernetes 1.35 on (`split_model`): one counters-only slice first (at most 8 sets a slice, so more
-    GPUs take more slices), then the devices (64 a slice: they consume counters). Before 1.35: counters and
-    devices together, one slice per GPU."""
-    if split_model:
-        out: list[dict[str, Any]] = [
-            {"sharedCounters": node.counter_sets[i : i + MAX_COUNTER_SETS_PER_SLICE]}
-            for i in range(0, len(node.counter_sets), MAX_COUNTER_SETS_PER_SLICE)
-        ]
-        return out + [{"devices": chunk} for chunk in split(node.devices)] if node.devices else out
-    by_set: dict[str, list[dict[str, Any]]] = {s["name"]: [] for s in node.counter_sets}
-    for device in node.devices:
-        by_set[device["consumesCounters"][0]["counterSet"]].append(device)
-    return [{"sharedCounters": [s], "devices": by_set[s["name"]]} for s in node.counter_sets]
-
-
-def uses_split_model(git_version: str) -> bool:
-    """NVIDIA's rule: the split layout from API server 1.35.0 on (`v1.36.1`, `v1.35.0-gke.1` are)."""
-    match = re.match(r"^v?(\d+)\.(\d+)", git_version)
-    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (1, 35)  # type: ignore[union-attr]
+def published_entries(node: PartitionedNode) -> list[dict[str, Any]]:
+    """What the publisher takes: the counter sets first (a counters-only slice per 8 sets, the API's limit:
+    NVIDIA's split layout, the one Kubernetes 1.35+ accepts), then the partition devices."""
+    sets = node.counter_sets
+    counters = [
+        counters_entry(sets[i : i + MAX_COUNTER_SETS_PER_SLICE])
+        for i in range(0, len(sets), MAX_COUNTER_SETS_PER_SLICE)
+    ]
+    return counters + node.devices
