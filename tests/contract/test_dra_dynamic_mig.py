@@ -155,3 +155,32 @@ async def test_a_restart_keeps_what_claims_hold_and_destroys_what_none_holds() -
         await node.sim.terminate_pod("serve")
         assert live_migs(node, H200) == []
         assert not spec_path(node, uid).exists()
+
+
+async def test_a_lost_checkpoint_keeps_the_partition_and_the_claim_is_rebuilt() -> None:
+    async with DraNode("mig-dynamic", env=GATE) as node:
+        await started(node)
+        assert node.sim is not None
+        pod = claim_pod("serve", "held")
+        uid = allocate(node, "held", "gpu-2-mig-4g40gb-5-0", pod)
+        await node.sim.admit(pod)
+        (held,) = live_migs(node, H100)
+        assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
+        for name in ("checkpoint.json", "checkpoint.json.copy"):
+            (node.plugins / DRIVER / name).unlink()
+
+        node.start_driver()
+        await node.wait(
+            lambda: node.log().count("registered with the kubelet as DRA driver") == 2, "re-registration"
+        )
+        assert "Found unexpected MIG device" not in node.log()
+        # its CDI spec holds the partition until the API server confirms the claim; then it is prepared again,
+        # on the same MIG device
+        checkpoint = node.plugins / DRIVER / "checkpoint.json"
+        await node.wait(
+            lambda: checkpoint.exists() and uid in checkpoint.read_text(),
+            "the claim rebuilt into the checkpoint",
+        )
+        assert [m.uuid for m in live_migs(node, H100)] == [held.uuid]
+        await node.sim.terminate_pod("serve")
+        assert live_migs(node, H100) == []
