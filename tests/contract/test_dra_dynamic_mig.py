@@ -15,6 +15,7 @@ from typing import Any
 
 import pynvml
 import pytest
+import yaml
 
 from kubegpu.demo.dranode import DRIVER, NODE, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
@@ -184,3 +185,43 @@ async def test_a_lost_checkpoint_keeps_the_partition_and_the_claim_is_rebuilt() 
         assert [m.uuid for m in live_migs(node, H100)] == [held.uuid]
         await node.sim.terminate_pod("serve")
         assert live_migs(node, H100) == []
+
+
+MIG_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "mig.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com" && '
+                                    'device.attributes["gpu.nvidia.com"].type == "mig"'}}]},
+}  # fmt: skip
+
+
+def readme_claim() -> dict[str, Any]:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = text.split("<!-- dynamic-mig-claim -->", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    loaded = yaml.safe_load(block)
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+async def test_the_readme_claim_gets_a_1g_partition_made_on_demand() -> None:
+    async with DraNode("mig-dynamic", env=GATE) as node:
+        node.api.create("deviceclasses", MIG_CLASS, namespace="")
+        await started(node)
+        assert node.sim is not None
+        await node.wait_published(4 * 25)
+        pod = claim_pod("notebook", "mig-1g")
+        allocated = node.allocate(readme_claim(), pod)
+        (result,) = allocated["status"]["allocation"]["devices"]["results"]
+        # the first match in name order: the A100 40GB's 1g.10gb (GI profile 15, two memory slices)
+        assert result["device"] == "gpu-0-mig-1g10gb-15-0"
+        await node.sim.admit(pod)
+        (mig,) = live_migs(node, 0)
+        assert (mig.profile, mig.gi_profile_id, mig.placement_start, mig.placement_size) == (
+            "1g.10gb",
+            15,
+            0,
+            2,
+        )
+        await node.sim.terminate_pod("notebook")
+        assert live_migs(node, 0) == []
