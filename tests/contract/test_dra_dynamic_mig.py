@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,15 @@ def allocate(node: DraNode, name: str, device: str, pod: Any) -> str:
     }
     created["status"] = reserved_status(allocation, pod.name, pod.uid)
     return str(node.api.update("resourceclaims", created, status=True)["metadata"]["uid"])
+
+
+def inject(node: DraNode, *args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "kubegpu", "fake-nvml", "inject", *args],
+        env=node.env,
+        check=True,
+        capture_output=True,
+    )
 
 
 def spec_path(node: DraNode, uid: str) -> Path:
@@ -225,3 +236,15 @@ async def test_the_readme_claim_gets_a_1g_partition_made_on_demand() -> None:
         )
         await node.sim.terminate_pod("notebook")
         assert live_migs(node, 0) == []
+
+
+async def test_an_xid_taints_every_partition_of_its_gpu() -> None:
+    async with DraNode("mig-dynamic", env=GATE) as node:
+        await started(node)
+        await node.wait_published(4 * 25)
+        inject(node, "--gpu", "3", "--xid", "79")
+        h200 = "gpu-3-mig-7g141gb-0-0"
+        await node.wait(lambda: "taints" in node.published()[h200], "a taint on the H200's partitions")
+        tainted = sorted(n for n, d in node.published().items() if d.get("taints"))
+        assert len(tainted) == 25 and all(n.startswith("gpu-3-mig-") for n in tainted)
+        assert node.published()["gpu-3-mig-1g18gb-19-0"]["taints"][0]["key"] == "gpu.nvidia.com/xid"

@@ -28,7 +28,7 @@ from typing import Any
 import pynvml
 
 from kubegpu.dra.claims import ClaimError
-from kubegpu.dra.devices import DraDevice, device_entry, health_taint
+from kubegpu.dra.devices import DraDevice, device_entry
 from kubegpu.dra.partitions import (
     NAME,
     MigProfile,
@@ -179,13 +179,7 @@ class DynamicMig:
             device_entry(d, inventory, driver_name) for d in table.values() if d.gpu.uuid not in self.tables
         ]
         gpus = [g for g in inventory.gpus if g.uuid in include]
-        node = partitioned_node(inventory, self.tables, gpus)
-        health = {f"gpu-{g.minor}-": g.health for g in gpus}
-        for entry in node.devices:
-            prefix = entry["name"].split("mig-", 1)[0]
-            taint = health_taint(health[prefix], driver_name)
-            if taint is not None:
-                entry["taints"] = [taint]
+        node = partitioned_node(inventory, self.tables, gpus, driver_name)
         return plain + published_entries(node)
 
     # ---- create --------------------------------------------------------------------------------------
@@ -260,12 +254,20 @@ class DynamicMig:
     # ---- what exists ---------------------------------------------------------------------------------
 
     def live(self, gpus: Iterable[Gpu]) -> list[LiveMig]:
-        """The MIG devices on these GPUs (partitioned ones only), named as their partition is."""
+        """The MIG devices on these GPUs (partitioned ones only), named as their partition is. MigError
+        when NVML cannot list a GPU's (a lost GPU): what is on it is not known."""
         out = []
         for gpu in gpus:
-            table = {p.gi_profile_id: p for p in self.tables.get(gpu.uuid, ())}
-            if not table:
-                continue
+            try:
+                out += self._live_on(gpu)
+            except NVMLError as err:
+                raise MigError(f"cannot list the MIG devices of GPU {gpu.uuid}: {nvml_text(err)}") from None
+        return out
+
+    def _live_on(self, gpu: Gpu) -> list[LiveMig]:
+        out = []
+        table = {p.gi_profile_id: p for p in self.tables.get(gpu.uuid, ())}
+        if table:
             parent = self.api.nvmlDeviceGetHandleByUUID(gpu.uuid)
             for slot in range(self.api.nvmlDeviceGetMaxMigDeviceCount(parent)):
                 try:
@@ -324,9 +326,16 @@ class DynamicMig:
         log.info("destroyed MIG device %s (%s)", found.name, found.device.uuid)
 
     def reconcile(self, inventory: Inventory, held: Collection[str]) -> list[str]:
-        """At start: destroy the MIG devices of partitioned GPUs that no prepared claim holds."""
+        """At start: destroy the MIG devices of partitioned GPUs that no prepared claim holds. A GPU NVML
+        cannot list (lost) is left as it is, logged: the driver starts and serves the others."""
         destroyed = []
-        for found in self.live(inventory.gpus):
+        found_all: list[LiveMig] = []
+        for gpu in inventory.gpus:
+            try:
+                found_all += self.live([gpu])
+            except MigError as err:
+                log.error("%s; its MIG devices are left as they are", err)
+        for found in found_all:
             if found.name not in held:
                 log.warning("Found unexpected MIG device (%s), attempt to tear down", found.name)
                 try:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubegpu.dra.devices import binary_si, gpu_attributes
+from kubegpu.dra.devices import DEFAULT_DRIVER_NAME, binary_si, gpu_attributes, health_taint
 from kubegpu.dra.slices import counters_entry
 from kubegpu.node.inventory import Gpu, Inventory
 
@@ -136,8 +136,11 @@ def counter_set(gpu: Gpu, profiles: Sequence[MigProfile]) -> dict[str, Any]:
     return {"name": counter_set_name(gpu), "counters": _counters(counter_values(profiles))}
 
 
-def partition_entry(partition: Partition, inventory: Inventory) -> dict[str, Any]:
-    """The v1 `Device` of a partition: NVIDIA's attributes (no `uuid`), capacities and consumption."""
+def partition_entry(
+    partition: Partition, inventory: Inventory, driver_name: str = DEFAULT_DRIVER_NAME
+) -> dict[str, Any]:
+    """The v1 `Device` of a partition: NVIDIA's attributes (no `uuid`), capacities and consumption, and its
+    GPU's taint when the GPU is unhealthy."""
     gpu = partition.gpu
     attributes = {
         "type": {"string": "mig"},
@@ -145,7 +148,7 @@ def partition_entry(partition: Partition, inventory: Inventory) -> dict[str, Any
         "profile": {"string": partition.profile.name},
         **gpu_attributes(gpu, inventory),
     }
-    return {
+    entry: dict[str, Any] = {
         "name": partition.name,
         "attributes": attributes,
         "capacity": {k: {"value": binary_si(v)} for k, v in partition.profile.capacities().items()},
@@ -153,6 +156,10 @@ def partition_entry(partition: Partition, inventory: Inventory) -> dict[str, Any
             {"counterSet": counter_set_name(gpu), "counters": _counters(consumption(partition))}
         ],
     }
+    taint = health_taint(gpu.health, driver_name)
+    if taint is not None:
+        entry["taints"] = [taint]
+    return entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +171,10 @@ class PartitionedNode:
 
 
 def partitioned_node(
-    inventory: Inventory, tables: Mapping[str, Sequence[MigProfile]], gpus: Sequence[Gpu]
+    inventory: Inventory,
+    tables: Mapping[str, Sequence[MigProfile]],
+    gpus: Sequence[Gpu],
+    driver_name: str = DEFAULT_DRIVER_NAME,
 ) -> PartitionedNode:
     """The counter sets and partition devices of `gpus` (those in MIG mode with a profile table, by UUID),
     GPUs by PCI bus ID as NVIDIA orders them."""
@@ -175,7 +185,7 @@ def partitioned_node(
         if not profiles:
             continue
         sets.append(counter_set(gpu, profiles))
-        devices.extend(partition_entry(p, inventory) for p in partitions(gpu, profiles))
+        devices.extend(partition_entry(p, inventory, driver_name) for p in partitions(gpu, profiles))
     return PartitionedNode(sets, devices)
 
 
