@@ -243,8 +243,10 @@ async def test_an_xid_taints_every_partition_of_its_gpu() -> None:
         await started(node)
         await node.wait_published(4 * 25)
         inject(node, "--gpu", "3", "--xid", "79")
-        h200 = "gpu-3-mig-7g141gb-0-0"
-        await node.wait(lambda: "taints" in node.published()[h200], "a taint on the H200's partitions")
-        tainted = sorted(n for n, d in node.published().items() if d.get("taints"))
-        assert len(tainted) == 25 and all(n.startswith("gpu-3-mig-") for n in tainted)
+
+        def tainted() -> list[str]:
+            return sorted(n for n, d in node.published().items() if d.get("taints"))
+
+        await node.wait(lambda: len(tainted()) == 25, "a taint on each of the H200's 25 partitions")
+        assert all(n.startswith("gpu-3-mig-") for n in tainted())
         assert node.published()["gpu-3-mig-1g18gb-19-0"]["taints"][0]["key"] == "gpu.nvidia.com/xid"
