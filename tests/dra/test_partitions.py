@@ -154,7 +154,7 @@ def test_non_overlapping_partitions_fit_the_counters_and_nvml_creates_them(
     order.shuffle(candidates)
     chosen: list[Partition] = []
     for p in candidates:
-        media = p.profile.ofas and any(c.profile.ofas for c in chosen)
+        media = p.profile.engines.ofas and any(c.profile.engines.ofas for c in chosen)
         if not media and not any(overlap(p, c) for c in chosen):
             chosen.append(p)
     assert fits(total(chosen), counter_values(profiles)), [p.name for p in chosen]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubegpu.common.quantity import canonical
-from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice
+from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice, MigEngines
 from kubegpu.settings.dra_selection import GpuSelection
 
 log = logging.getLogger(__name__)
@@ -177,18 +177,23 @@ def pci_bus_id(nvml_bus_id: str) -> str:
     return text[4:] if len(text) > 12 and text.startswith("0000") else text
 
 
+def engine_capacities(engines: MigEngines) -> dict[str, int]:
+    """A MIG device's engines under NVIDIA's capacity names."""
+    return {
+        "multiprocessors": engines.multiprocessors,
+        "copyEngines": engines.copy_engines,
+        "decoders": engines.decoders,
+        "encoders": engines.encoders,
+        "jpegEngines": engines.jpegs,
+        "ofaEngines": engines.ofas,
+    }
+
+
 def _mig_capacity(mig: MigDevice) -> dict[str, dict[str, str]]:
     engines = mig.engines
     capacity: dict[str, dict[str, str]] = {}
     if engines is not None:
-        capacity = {
-            "multiprocessors": _quantity(engines.multiprocessors),
-            "copyEngines": _quantity(engines.copy_engines),
-            "decoders": _quantity(engines.decoders),
-            "encoders": _quantity(engines.encoders),
-            "jpegEngines": _quantity(engines.jpegs),
-            "ofaEngines": _quantity(engines.ofas),
-        }
+        capacity = {name: _quantity(value) for name, value in engine_capacities(engines).items()}
     capacity["memory"] = _quantity(mig.memory_bytes)
     start = mig.placement_start or 0
     for index in range(start, start + mig.placement_size):

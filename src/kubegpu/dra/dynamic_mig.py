@@ -38,8 +38,8 @@ from kubegpu.dra.partitions import (
     partitions,
     published_entries,
 )
-from kubegpu.node.discovery_mig import GI_PROFILE_COUNT, gi_profile_name
-from kubegpu.node.inventory import Gpu, Inventory, MigDevice, MigEngines
+from kubegpu.node.discovery_mig import GI_PROFILE_COUNT, engines_of, gi_profile_name
+from kubegpu.node.inventory import Gpu, Inventory, MigDevice
 from kubegpu.node.nvml.backend import NvmlApi
 
 log = logging.getLogger(__name__)
@@ -121,12 +121,7 @@ def _profiles(api: NvmlApi, handle: Any, gpu: Gpu) -> Iterable[MigProfile]:
             gi_profile_id=info.id,
             ci_profile=_FULL_CI_PROFILE[info.sliceCount],
             memory_bytes=info.memorySizeMB * MIB,
-            multiprocessors=info.multiprocessorCount,
-            copy_engines=info.copyEngineCount,
-            decoders=info.decoderCount,
-            encoders=info.encoderCount,
-            jpegs=info.jpegCount,
-            ofas=info.ofaCount,
+            engines=engines_of(info),
             placement_size=found[0][1],
             placements=tuple(start for start, _ in found),
         )
@@ -358,14 +353,7 @@ def _mig_device(uuid: str, slot: int, gi: int, ci: int, profile: MigProfile, sta
         gi_profile_id=profile.gi_profile_id,
         placement_start=start,
         placement_size=profile.placement_size,
-        engines=MigEngines(
-            multiprocessors=profile.multiprocessors,
-            copy_engines=profile.copy_engines,
-            decoders=profile.decoders,
-            encoders=profile.encoders,
-            jpegs=profile.jpegs,
-            ofas=profile.ofas,
-        ),
+        engines=profile.engines,
     )
 
 

@@ -26,9 +26,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubegpu.dra.devices import DEFAULT_DRIVER_NAME, binary_si, gpu_attributes, health_taint
+from kubegpu.dra.devices import (
+    DEFAULT_DRIVER_NAME,
+    binary_si,
+    engine_capacities,
+    gpu_attributes,
+    health_taint,
+)
 from kubegpu.dra.slices import counters_entry
-from kubegpu.node.inventory import Gpu, Inventory
+from kubegpu.node.inventory import Gpu, Inventory, MigEngines
 
 NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")  # NVIDIA's parse regex for MIG device names
 # Kubernetes limits a device to 2 counter consumptions and a slice to 8 counter sets (resource.k8s.io/v1).
@@ -43,26 +49,13 @@ class MigProfile:
     gi_profile_id: int  # NVML's GPU instance profile ID (`nvidia-smi mig -lgip`'s ID column)
     ci_profile: int  # NVML_COMPUTE_INSTANCE_PROFILE_* of the compute instance spanning the GPU instance
     memory_bytes: int
-    multiprocessors: int
-    copy_engines: int
-    decoders: int
-    encoders: int
-    jpegs: int
-    ofas: int
+    engines: MigEngines
     placement_size: int  # memory slices
     placements: tuple[int, ...]  # first memory slice of each possible placement
 
     def capacities(self) -> dict[str, int]:
         """NVIDIA's capacity names (camelCase) and values."""
-        return {
-            "multiprocessors": self.multiprocessors,
-            "copyEngines": self.copy_engines,
-            "decoders": self.decoders,
-            "encoders": self.encoders,
-            "jpegEngines": self.jpegs,
-            "ofaEngines": self.ofas,
-            "memory": self.memory_bytes,
-        }
+        return {**engine_capacities(self.engines), "memory": self.memory_bytes}
 
 
 @dataclass(frozen=True, slots=True)
