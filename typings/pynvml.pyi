@@ -18,6 +18,10 @@ NVML_ERROR_NOT_SUPPORTED: int
 NVML_ERROR_NO_PERMISSION: int
 NVML_ERROR_NOT_FOUND: int
 NVML_ERROR_INSUFFICIENT_POWER: int
+NVML_ERROR_INSUFFICIENT_RESOURCES: int
+NVML_ERROR_INSUFFICIENT_SIZE: int
+NVML_ERROR_IN_USE: int
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED: int
 NVML_ERROR_DRIVER_NOT_LOADED: int
 NVML_ERROR_TIMEOUT: int
 NVML_ERROR_IRQ_ISSUE: int
@@ -101,10 +105,12 @@ class NVMLError_LibraryNotFound(NVMLError): ...
 class struct_c_nvmlDevice_t(Structure): ...
 class struct_c_nvmlGpuInstance_t(Structure): ...
 class struct_c_nvmlEventSet_t(Structure): ...
+class struct_c_nvmlComputeInstance_t(Structure): ...
 
 c_nvmlDevice_t: TypeAlias = _Pointer[struct_c_nvmlDevice_t]
 c_nvmlGpuInstance_t: TypeAlias = _Pointer[struct_c_nvmlGpuInstance_t]
 c_nvmlEventSet_t: TypeAlias = _Pointer[struct_c_nvmlEventSet_t]
+c_nvmlComputeInstance_t: TypeAlias = _Pointer[struct_c_nvmlComputeInstance_t]
 
 # -- structs ----------------------------------------------------------------------------------------
 
@@ -183,6 +189,41 @@ class c_nvmlGpuInstanceInfo_t(Structure):
     id: int
     profileId: int
     placement: c_nvmlGpuInstancePlacement_t
+
+class c_nvmlComputeInstancePlacement_t(Structure):
+    start: int
+    size: int
+
+class c_nvmlComputeInstanceInfo_t(Structure):
+    device: c_nvmlDevice_t
+    gpuInstance: c_nvmlGpuInstance_t
+    id: int
+    profileId: int
+    placement: c_nvmlComputeInstancePlacement_t
+
+class c_nvmlComputeInstanceProfileInfo_t(Structure):
+    id: int
+    sliceCount: int
+    instanceCount: int
+    multiprocessorCount: int
+    sharedCopyEngineCount: int
+    sharedDecoderCount: int
+    sharedEncoderCount: int
+    sharedJpegCount: int
+    sharedOfaCount: int
+
+class c_nvmlComputeInstanceProfileInfo_v2_t(_PrintableStructure):
+    version: int
+    id: int
+    sliceCount: int
+    instanceCount: int
+    multiprocessorCount: int
+    sharedCopyEngineCount: int
+    sharedDecoderCount: int
+    sharedEncoderCount: int
+    sharedJpegCount: int
+    sharedOfaCount: int
+    name: _Chars
 
 class c_nvmlEventData_t(_PrintableStructure):
     device: c_nvmlDevice_t
@@ -265,6 +306,31 @@ def nvmlDeviceGetGpuInstanceProfileInfo(
 ) -> c_nvmlGpuInstanceProfileInfo_t | c_nvmlGpuInstanceProfileInfo_v2_t: ...
 def nvmlDeviceGetGpuInstanceById(device: c_nvmlDevice_t, gpuInstanceId: int) -> c_nvmlGpuInstance_t: ...
 def nvmlGpuInstanceGetInfo(gpuInstance: c_nvmlGpuInstance_t) -> c_nvmlGpuInstanceInfo_t: ...
+
+# NVML's two calls: placementsRef None (count only), then an array of countRef's value; countRef by reference.
+def nvmlDeviceGetGpuInstancePossiblePlacements(
+    device: c_nvmlDevice_t,
+    profileId: int,
+    placementsRef: Array[c_nvmlGpuInstancePlacement_t] | None,
+    countRef: _CArgObject | _Pointer[c_uint],
+) -> int: ...
+def nvmlDeviceGetGpuInstanceRemainingCapacity(device: c_nvmlDevice_t, profileId: int) -> int: ...
+def nvmlDeviceCreateGpuInstance(device: c_nvmlDevice_t, profileId: int) -> c_nvmlGpuInstance_t: ...
+def nvmlDeviceCreateGpuInstanceWithPlacement(
+    device: c_nvmlDevice_t, profileId: int, placement: c_nvmlGpuInstancePlacement_t
+) -> c_nvmlGpuInstance_t: ...
+def nvmlGpuInstanceDestroy(gpuInstance: c_nvmlGpuInstance_t) -> int: ...
+def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    device: c_nvmlGpuInstance_t, profile: int, engProfile: int, version: int = 2
+) -> c_nvmlComputeInstanceProfileInfo_t | c_nvmlComputeInstanceProfileInfo_v2_t: ...
+def nvmlGpuInstanceCreateComputeInstance(
+    gpuInstance: c_nvmlGpuInstance_t, profileId: int
+) -> c_nvmlComputeInstance_t: ...
+def nvmlGpuInstanceGetComputeInstanceById(
+    gpuInstance: c_nvmlGpuInstance_t, computeInstanceId: int
+) -> c_nvmlComputeInstance_t: ...
+def nvmlComputeInstanceGetInfo(computeInstance: c_nvmlComputeInstance_t) -> c_nvmlComputeInstanceInfo_t: ...
+def nvmlComputeInstanceDestroy(computeInstance: c_nvmlComputeInstance_t) -> int: ...
 def nvmlDeviceGetTopologyCommonAncestor(device1: c_nvmlDevice_t, device2: c_nvmlDevice_t) -> int: ...
 def nvmlDeviceGetNvLinkState(device: c_nvmlDevice_t, link: int) -> int: ...
 def nvmlDeviceGetNvLinkRemotePciInfo(device: c_nvmlDevice_t, link: int) -> nvmlPciInfo_t: ...

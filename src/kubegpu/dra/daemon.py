@@ -34,6 +34,7 @@ from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
 from kubegpu.dra.devices import DraDevice, device_entries, device_table
+from kubegpu.dra.dynamic_mig import DynamicMig, dynamic_mig_enabled, read_tables
 from kubegpu.dra.events import DriverEvents, NoMetrics
 from kubegpu.dra.health_stream import HEALTH_NAMES, DraHealthService, HealthBroadcast, health_reports
 from kubegpu.dra.metered import MeteredPreparer
@@ -99,6 +100,7 @@ class DraDaemon:
         self.faults = FaultBook()  # outlives every health thread
         self.base = Inventory()
         self.published: list[dict[str, Any]] | None = None
+        self.dynamic_mig: DynamicMig | None = None  # DynamicMIG's partitions (dra/dynamic_mig.py)
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
         self.health_stream = HealthBroadcast()
@@ -115,7 +117,11 @@ class DraDaemon:
 
     def devices(self) -> tuple[Inventory, dict[str, DraDevice]]:
         inventory = self.served()
-        return inventory, device_table(inventory, self.settings.selection)
+        table = device_table(inventory, self.settings.selection)
+        if self.dynamic_mig is not None:
+            selected = [g.uuid for g in inventory.gpus if self.settings.selection.includes(g)]
+            table = self.dynamic_mig.table(table, inventory, selected)
+        return inventory, table
 
     def report_health(self) -> None:
         """Hand the served devices' health to the kubelet's health streams (unchanged: nothing is sent)."""
@@ -127,6 +133,10 @@ class DraDaemon:
             self.events.devices(collections.Counter(HEALTH_NAMES[r.health] for r in reports))
 
     def entries(self) -> list[dict[str, Any]]:
+        if self.dynamic_mig is not None:  # DynamicMIG: partitions and counter sets on partitioned GPUs
+            inventory, table = self.devices()
+            selected = [g.uuid for g in inventory.gpus if self.settings.selection.includes(g)]
+            return self.dynamic_mig.entries(table, inventory, selected, self.settings.driver_name)
         return device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
@@ -136,9 +146,12 @@ class DraDaemon:
         with nvml_session(self.nvml):
             try:
                 self.base = await asyncio.to_thread(discover, self.nvml)
+                if dynamic_mig_enabled(s):
+                    tables = await asyncio.to_thread(read_tables, self.nvml.nvml, self.base)
+                    self.dynamic_mig = DynamicMig(self.nvml.nvml, tables)
             except pynvml.NVMLError as err:
                 raise StartupError(f"cannot discover the GPUs: {explain_nvml_error(err)}") from None
-            table = device_table(self.base, s.selection)
+            _, table = self.devices()
             unmatched = s.selection.unmatched(self.base.gpus)
             if unmatched:
                 log.warning("--gpus names GPUs this node does not have: %s", ", ".join(unmatched))
@@ -170,6 +183,12 @@ class DraDaemon:
                 timeslicer=time_slicer(s.driver),
             )
             await preparer.recover()  # the specs the checkpoint does not name hold their devices
+            if self.dynamic_mig is not None:  # MIG devices no prepared claim holds are destroyed
+                preparer.partitions = self.dynamic_mig
+                async with preparer.locked():
+                    held = {d.device for c in checkpoint.claims.values() for d in c.devices}
+                    held.update(d for devices in preparer.orphans.values() for d in devices)
+                    await asyncio.to_thread(self.dynamic_mig.reconcile, self.base, held)
             self.report_health()
             servers = KubeletServers(
                 preparer,

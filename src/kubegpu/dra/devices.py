@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubegpu.common.quantity import canonical
-from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice
+from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice, MigEngines
 from kubegpu.settings.dra_selection import GpuSelection
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ class DraDevice:
     name: str
     gpu: Gpu
     mig: MigDevice | None = None
+    # A DynamicMIG partition (`dra.partitions`): a MIG device Prepare creates; `mig` is set once it exists.
+    dynamic: bool = False
 
     @property
     def uuid(self) -> str:
@@ -46,7 +48,7 @@ class DraDevice:
 
     @property
     def kind(self) -> str:
-        return "mig" if self.mig else "gpu"
+        return "mig" if self.mig or self.dynamic else "gpu"
 
     @property
     def health(self) -> Health:
@@ -107,7 +109,7 @@ def device_entries(
 def device_entry(
     device: DraDevice, inventory: Inventory, driver_name: str = DEFAULT_DRIVER_NAME
 ) -> dict[str, Any]:
-    attributes = _gpu_attributes(device.gpu, inventory)
+    attributes = gpu_attributes(device.gpu, inventory)
     if device.mig is None:
         attributes = {"type": {"string": "gpu"}, "uuid": {"string": device.gpu.uuid}, **attributes}
         capacity = {"memory": _quantity(device.gpu.memory_bytes)}
@@ -137,7 +139,7 @@ def health_taint(health: Health, driver_name: str = DEFAULT_DRIVER_NAME) -> dict
     return {"key": f"{driver_name}/gpu-lost", "effect": "NoSchedule"}
 
 
-def _gpu_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str, Any]]:
+def gpu_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str, Any]]:
     """The attributes a MIG device shares with its parent GPU, in NVIDIA's order."""
     attrs: dict[str, dict[str, Any]] = {
         "productName": {"string": gpu.name},
@@ -175,18 +177,23 @@ def pci_bus_id(nvml_bus_id: str) -> str:
     return text[4:] if len(text) > 12 and text.startswith("0000") else text
 
 
+def engine_capacities(engines: MigEngines) -> dict[str, int]:
+    """A MIG device's engines under NVIDIA's capacity names."""
+    return {
+        "multiprocessors": engines.multiprocessors,
+        "copyEngines": engines.copy_engines,
+        "decoders": engines.decoders,
+        "encoders": engines.encoders,
+        "jpegEngines": engines.jpegs,
+        "ofaEngines": engines.ofas,
+    }
+
+
 def _mig_capacity(mig: MigDevice) -> dict[str, dict[str, str]]:
     engines = mig.engines
     capacity: dict[str, dict[str, str]] = {}
     if engines is not None:
-        capacity = {
-            "multiprocessors": _quantity(engines.multiprocessors),
-            "copyEngines": _quantity(engines.copy_engines),
-            "decoders": _quantity(engines.decoders),
-            "encoders": _quantity(engines.encoders),
-            "jpegEngines": _quantity(engines.jpegs),
-            "ofaEngines": _quantity(engines.ofas),
-        }
+        capacity = {name: _quantity(value) for name, value in engine_capacities(engines).items()}
     capacity["memory"] = _quantity(mig.memory_bytes)
     start = mig.placement_start or 0
     for index in range(start, start + mig.placement_size):

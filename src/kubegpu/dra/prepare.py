@@ -34,6 +34,7 @@ from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
 from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
+from kubegpu.dra.dynamic_mig import DynamicMig
 from kubegpu.dra.gpuconfig import (
     GPU_CONFIG,
     MIG_CONFIG,
@@ -100,6 +101,7 @@ class Preparer:
         self._scanned = False
         self.settled: Counter[str] = Counter()  # orphans "rebuilt" or "removed" (`rebuild`), for metrics
         self._serial = asyncio.Lock()
+        self.partitions: DynamicMig | None = None  # DynamicMIG's partitions, when the gate is on
         self._reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="claim-read")
 
     def close(self) -> None:
@@ -279,8 +281,10 @@ class Preparer:
         )
         summary = {name: s.summary() for name, s in sharing.items() if s is not None}
         started = PreparedClaim(claim.uid, claim.namespace, claim.name, STARTED, prepared, summary)
-        self.checkpoint.put(started)
         unique = list({d.name: d for d in picked}.values())
+        if self.partitions is not None:  # DynamicMIG: its MIG devices created (a crash leaves them unheld)
+            unique = self.partitions.prepare(what, unique)
+        self.checkpoint.put(started)
         self.specs.write(claim.uid, unique, inventory, sharing)
         self.checkpoint.put(
             PreparedClaim(claim.uid, claim.namespace, claim.name, COMPLETED, prepared, summary)
@@ -363,10 +367,15 @@ class Preparer:
         try:
             if self.timeslicer is not None and known is not None:
                 self.timeslicer.reset(ref.uid, time_sliced_uuids(known.sharing, self.devices()[1]))
+            if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
+                held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
+                self.partitions.destroy(held, self.devices()[0])
             self.specs.remove(ref.uid)
             self.checkpoint.remove(ref.uid)
         except TimeSliceError as err:
             return Failure(err.kind, str(err))
+        except ClaimError as err:
+            return Failure(err.kind, f"{ref.describe()}: error unpreparing devices: {err}")
         except OSError as err:
             message = f"{ref.describe()}: cannot remove {err.filename or 'a file'}: {err.strerror}"
             log.error("%s", message)

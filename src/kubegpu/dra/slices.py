@@ -6,6 +6,10 @@ version, whose shape differs:
 - v1 (1.34+) and v1beta2 (1.33+): the device fields sit on the device itself;
 - v1beta1 (1.32+): they are wrapped in `basic: {...}`, the name stays outside.
 
+A node with partitionable devices (DynamicMIG) also publishes counter sets. From Kubernetes 1.35 on a slice
+holds either devices or `sharedCounters`, so the counter sets travel through the same pipeline as one
+pseudo-device `{"sharedCounters": [...]}` (`counters_entry`) that always gets a slice of its own.
+
 The API limits a slice to 128 devices, or 64 when any device in it has taints or consumes counters
 (`ResourceSliceMaxDevices`, `ResourceSliceMaxDevicesWithTaintsOrConsumesCounters`); a pool larger than that
 spans several slices, each carrying the pool's generation and slice count.
@@ -28,6 +32,18 @@ MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
 Device = dict[str, Any]
 
 
+COUNTERS = "sharedCounters"
+
+
+def counters_entry(counter_sets: Sequence[Mapping[str, Any]]) -> Device:
+    """The pseudo-device that stands for a counters-only slice (at most 8 sets: the API's limit)."""
+    return {COUNTERS: [dict(s) for s in counter_sets]}
+
+
+def is_counters(device: Mapping[str, Any]) -> bool:
+    return COUNTERS in device
+
+
 def pick_version(served: Sequence[str]) -> str | None:
     """The newest resource.k8s.io version we speak that the server serves, or None."""
     return next((v for v in VERSIONS if v in served), None)
@@ -36,7 +52,7 @@ def pick_version(served: Sequence[str]) -> str | None:
 def to_served(device: Mapping[str, Any], version: str) -> Device:
     """A v1 device dict in `version`'s shape (a new dict; nested values are shared, never changed)."""
     out = dict(device)
-    if version != "v1beta1":
+    if version != "v1beta1" or is_counters(out):
         return out
     name = out.pop("name", "")
     return {"name": name, "basic": out}
@@ -45,7 +61,7 @@ def to_served(device: Mapping[str, Any], version: str) -> Device:
 def from_served(device: Mapping[str, Any], version: str) -> Device:
     """A device as `version` serves it, in the v1 shape (a new dict; nested values are shared)."""
     out = dict(device)
-    if version != "v1beta1":
+    if version != "v1beta1" or is_counters(out):
         return out
     basic = out.pop("basic", None) or {}
     out.update(basic)
@@ -60,7 +76,8 @@ def limited(device: Mapping[str, Any]) -> bool:
 def split(devices: Sequence[Device], max_per_slice: int = MAX_DEVICES_PER_SLICE) -> list[list[Device]]:
     """The devices in order, cut into as few slices as the limits allow; at least one (maybe empty) slice.
 
-    A slice holding a tainted device takes at most 64 (or `max_per_slice` when lower).
+    A slice holding a tainted device takes at most 64 (or `max_per_slice` when lower); a counters entry
+    is a slice of its own.
     """
     if max_per_slice < 1:
         raise ValueError(f"max devices per slice must be at least 1, got {max_per_slice}")
@@ -70,6 +87,13 @@ def split(devices: Sequence[Device], max_per_slice: int = MAX_DEVICES_PER_SLICE)
     has_limited = False
     for device in devices:
         current = out[-1]
+        if is_counters(device) or (current and is_counters(current[0])):
+            if current:
+                out.append([device])
+            else:
+                current.append(device)
+            has_limited = limited(device)
+            continue
         with_it = has_limited or limited(device)
         if len(current) + 1 > (low if with_it else high):
             out.append([device])
@@ -125,13 +149,16 @@ def owner_reference(node_name: str, node_uid: str) -> dict[str, Any]:
 def spec(
     *, driver: str, node_name: str, generation: int, count: int, devices: Sequence[Device], version: str
 ) -> dict[str, Any]:
-    """One slice's spec in `version`'s shape: the node's pool (named after the node) and its devices."""
-    return {
+    """One slice's spec in `version`'s shape: the node's pool (named after the node) and its devices, or
+    its counter sets when `devices` is a counters entry."""
+    out = {
         "driver": driver,
         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": count},
         "nodeName": node_name,
-        "devices": [to_served(d, version) for d in devices],
     }
+    if len(devices) == 1 and is_counters(devices[0]):
+        return {**out, COUNTERS: devices[0][COUNTERS]}
+    return {**out, "devices": [to_served(d, version) for d in devices]}
 
 
 def new_slice(
@@ -150,7 +177,11 @@ def new_slice(
 
 
 def devices_of(obj: Mapping[str, Any], version: str) -> list[Device]:
-    """A slice's devices (as `version` serves them) in the v1 shape."""
+    """A slice's devices (as `version` serves them) in the v1 shape; a counters-only slice's counter sets as
+    its counters entry."""
+    counters = (obj.get("spec") or {}).get(COUNTERS)
+    if counters:
+        return [counters_entry(counters)]
     devices = (obj.get("spec") or {}).get("devices") or []
     return [from_served(d, version) for d in devices if isinstance(d, dict)]
 

@@ -95,6 +95,26 @@ def _read_mig_device(
     )
 
 
+def engines_of(profile: Any) -> MigEngines:
+    """A GPU instance profile's engines, from NVML's nvmlGpuInstanceProfileInfo(_v2)_t."""
+    return MigEngines(
+        multiprocessors=profile.multiprocessorCount,
+        copy_engines=profile.copyEngineCount,
+        decoders=profile.decoderCount,
+        encoders=profile.encoderCount,
+        jpegs=profile.jpegCount,
+        ofas=profile.ofaCount,
+    )
+
+
+def gi_profile_name(index: int, slices: int, memory_mib: int, gpu_memory_bytes: int) -> str:
+    """go-nvlib's name of a GPU instance profile (NVML_GPU_INSTANCE_PROFILE_* `index`), e.g. "1g.10gb+me"."""
+    return f"{slices}g.{mig_memory_gb(memory_mib, gpu_memory_bytes)}gb" + _GI_PROFILE_SUFFIX.get(index, "")
+
+
+GI_PROFILE_COUNT = max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, max(_GI_PROFILE_SUFFIX) + 1)
+
+
 def mig_memory_gb(mig_memory_mib: int, gpu_memory_bytes: int) -> int:
     """The GB in a MIG profile name, as go-nvlib computes it.
 
@@ -138,16 +158,7 @@ class _GiProfiles:
             self._warned = True
             return _GiFacts()
         index, profile = self._profiles().get(info.profileId, (-1, None))
-        engines = None
-        if profile is not None:
-            engines = MigEngines(
-                multiprocessors=profile.multiprocessorCount,
-                copy_engines=profile.copyEngineCount,
-                decoders=profile.decoderCount,
-                encoders=profile.encoderCount,
-                jpegs=profile.jpegCount,
-                ofas=profile.ofaCount,
-            )
+        engines = engines_of(profile) if profile is not None else None
         return _GiFacts(
             suffix=_GI_PROFILE_SUFFIX.get(index, ""),
             profile_id=info.profileId,

@@ -49,9 +49,9 @@ from kubegpu.node.nvml.fake_handles import (
     build_gpus,
     device_handle,
     fail,
-    gpu_instance_handle,
     pci_info,
 )
+from kubegpu.node.nvml.fake_mig import MigCalls
 from kubegpu.node.nvml.fake_profile import MigSupport, PciePlacement, Profile, load_profile, summarize
 from kubegpu.node.nvml.fake_state import StateDir
 from kubegpu.node.nvml.fake_telemetry import TelemetryCalls
@@ -93,7 +93,7 @@ def _topology_level(a: PciePlacement, b: PciePlacement) -> int:
     return pynvml.NVML_TOPOLOGY_SINGLE if a.switches == b.switches else pynvml.NVML_TOPOLOGY_MULTIPLE
 
 
-class FakeNvml(EventCalls, TelemetryCalls):
+class FakeNvml(MigCalls, EventCalls, TelemetryCalls):
     """A node's NVML as described by a `Profile`, with faults and events from a `StateDir`."""
 
     def __init__(self, profile: Profile, *, name: str = "custom", state_dir: Path | None = None) -> None:
@@ -333,20 +333,6 @@ class FakeNvml(EventCalls, TelemetryCalls):
             found.encoders,
         )
         info.jpegCount, info.ofaCount, info.memorySizeMB = found.jpegs, found.ofas, found.memory_mib
-        return info
-
-    def nvmlDeviceGetGpuInstanceById(self, device: Any, gpuInstanceId: int) -> Any:
-        gpu, _ = self._mig_capable(device)
-        if gpu.mig_by_gi(gpuInstanceId) is None:
-            fail(pynvml.NVML_ERROR_NOT_FOUND)
-        return gpu_instance_handle(gpu.index, gpuInstanceId)
-
-    def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
-        gpu, mig = self._gpu_instance(gpuInstance)
-        info = pynvml.c_nvmlGpuInstanceInfo_t()
-        info.device = device_handle(gpu.index)
-        info.id, info.profileId = mig.spec.gi, mig.gi_profile.id
-        info.placement.start, info.placement.size = mig.placement_start, mig.gi_profile.slices
         return info
 
     # -- topology -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ handle of the wrong type fails with NVML_ERROR_INVALID_ARGUMENT as the real libr
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import random
 import threading
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from kubegpu.node.nvml.pci import parse_pci_bus_id
 _DEVICE_BASE = 0x7E57_0000_0000  # x = MIG slot + 1, 0 for the GPU itself
 _GPU_INSTANCE_BASE = 0x7E58_0000_0000  # x = GPU instance id
 _EVENT_SET_BASE = 0x7E59_0000_0000  # low bits = event set serial
+_COMPUTE_INSTANCE_BASE = 0x7E5A_0000_0000  # (gpu + 1) << 16 | GPU instance id << 8 | compute instance id
 
 
 def fail(code: int) -> NoReturn:
@@ -46,6 +48,26 @@ def device_handle(gpu: int, mig_slot: int | None = None) -> Any:
 
 def gpu_instance_handle(gpu: int, gi: int) -> Any:
     return _pointer(pynvml.c_nvmlGpuInstance_t, _GPU_INSTANCE_BASE | (gpu + 1) << 8 | gi)
+
+
+def gpu_instance_address(handle: Any) -> tuple[int, int]:
+    """(GPU index, GPU instance id) a GPU instance handle encodes; (-1, -1) when it encodes none."""
+    low = _address(handle, pynvml.c_nvmlGpuInstance_t) - _GPU_INSTANCE_BASE
+    if not 0 < low < 1 << 32:
+        return -1, -1
+    return (low >> 8) - 1, low & 0xFF
+
+
+def compute_instance_handle(gpu: int, gi: int, ci: int) -> Any:
+    return _pointer(pynvml.c_nvmlComputeInstance_t, _COMPUTE_INSTANCE_BASE | (gpu + 1) << 16 | gi << 8 | ci)
+
+
+def compute_instance_address(handle: Any) -> tuple[int, int, int]:
+    """(GPU index, GPU instance id, compute instance id); (-1, -1, -1) when it encodes none."""
+    low = _address(handle, pynvml.c_nvmlComputeInstance_t) - _COMPUTE_INSTANCE_BASE
+    if not 0 < low < 1 << 32:
+        return -1, -1, -1
+    return (low >> 16) - 1, (low >> 8) & 0xFF, low & 0xFF
 
 
 def event_set_handle(serial: int) -> Any:
@@ -82,6 +104,11 @@ class Mig:
     gi_profile: GpuInstanceProfile
     compute_slices: int
     placement_start: int = 0  # first memory slice of its GPU instance
+    created: bool = False  # created through NVML (`fake_mig.py`), not listed in the profile
+
+    @property
+    def placement_size(self) -> int:
+        return self.gi_profile.placement_size or self.gi_profile.slices
 
     @property
     def profile_name(self) -> str:
@@ -148,15 +175,45 @@ def _build_migs(spec: GpuSpec, model: GpuModel) -> tuple[Mig, ...]:
     return tuple(migs)
 
 
+def with_created_migs(gpus: tuple[Gpu, ...], created: dict[str, Any]) -> tuple[Gpu, ...]:
+    """`gpus` with the MIG devices of `mig.json` (a GPU instance only counts once it has a compute
+    instance: before that NVML enumerates no MIG device for it)."""
+    out = []
+    for gpu in gpus:
+        key = str(gpu.index)
+        removed = set(created.get("removed", {}).get(key, []))
+        removed_ci = {tuple(pair) for pair in created.get("removed_ci", {}).get(key, [])}
+        migs = [m for m in gpu.migs if m.spec.gi not in removed and (m.spec.gi, m.spec.ci) not in removed_ci]
+        for entry in created.get("gpus", {}).get(key, []):
+            if entry.get("ci") is None or gpu.model.mig is None:
+                continue
+            profile = next(p for p in gpu.model.mig.profiles if p.id == entry["profile_id"])
+            spec = MigDeviceSpec(uuid=entry["uuid"], profile=profile.name, gi=entry["gi"], ci=entry["ci"])
+            migs.append(Mig(entry["slot"], spec, profile, profile.slices, entry["start"], created=True))
+        out.append(dataclasses.replace(gpu, migs=tuple(migs)) if tuple(migs) != gpu.migs else gpu)
+    return tuple(out)
+
+
 class DeviceTable:
     """The fake's GPUs behind their handles, with the checks every NVML call makes first: the library is
     initialized, the handle is one of ours, the GPU is not lost (nor, when flaky, failing this call)."""
 
     def __init__(self, gpus: tuple[Gpu, ...], state: StateDir) -> None:
         self.state = state
-        self._gpus = gpus
+        self._profile_gpus = gpus
         self._lock = threading.Lock()
         self._init_count = 0
+        self._created_key: tuple[int, int, int] | None = None
+        self._with_created = gpus
+
+    @property
+    def _gpus(self) -> tuple[Gpu, ...]:
+        """The profile's GPUs with the MIG devices created through NVML (any process) on top."""
+        key = self.state.mig_key()
+        if key != self._created_key:
+            self._with_created = with_created_migs(self._profile_gpus, self.state.read_mig())
+            self._created_key = key
+        return self._with_created
 
     def _require_init(self) -> None:
         if self._init_count == 0:

@@ -65,6 +65,20 @@ class GpuInstanceProfile(_Schema, frozen=True):
     encoders: _NonNegative = 0
     jpegs: _NonNegative = 0
     ofas: _NonNegative = 0
+    # Where NVML may create it (`nvidia-smi mig -lgipp`): the first memory slice of each possible placement,
+    # and how many of the GPU's 8 memory slices it spans. Without them the profile cannot be created.
+    placements: list[Annotated[int, Meta(ge=0, le=7)]] = msgspec.field(default_factory=list)
+    placement_size: Annotated[int, Meta(ge=1, le=8)] | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.placements) != (self.placement_size is not None):
+            raise ValueError(f"profiles: {self.name} needs both placements and placement_size, or neither")
+        for start in self.placements:
+            if start + (self.placement_size or 0) > 8:
+                raise ValueError(
+                    f"profiles: {self.name} placement {start} of size {self.placement_size} "
+                    "goes past the 8 memory slices"
+                )
 
 
 class MigSupport(_Schema, frozen=True):

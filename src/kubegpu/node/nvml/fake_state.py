@@ -8,6 +8,8 @@ The daemon (running the fake) and `kubegpu fake-nvml inject` (another process) m
   remembers a byte offset and only delivers what was appended after it, like a real event set only
   delivers events raised after it was created.
 - `meta.json`: which profile the fake runs, so the injector can check a GPU index.
+- `mig.json`: the GPU and compute instances created through NVML (`fake_mig.py`), so that they outlive the
+  process that created them, as real ones do, and every process on the node sees the same ones.
 - `sysfs/`: the sysfs tree the fake writes (`bus/pci/devices/<busid>/numa_node`).
 """
 
@@ -32,6 +34,7 @@ from kubegpu.settings.table import FAKE_NVML_STATE_ENV as STATE_ENV
 EVENTS_FILE = "events.jsonl"
 FAULTS_FILE = "faults.json"
 META_FILE = "meta.json"
+MIG_FILE = "mig.json"
 SYSFS_DIR = "sysfs"
 _LOCK_FILE = ".lock"
 STATE_FILE_LIMIT = 16 * 1024 * 1024  # faults of a few GPUs, a profile's name: kilobytes
@@ -235,6 +238,30 @@ class StateDir:
             return _json_object(_read_state_file(path), path)
         except FileNotFoundError:
             return None
+
+    # -- created MIG instances ----------------------------------------------------------------------
+
+    def mig_key(self) -> tuple[int, int, int] | None:
+        """Changes whenever `mig.json` is replaced (None: no instance was ever created)."""
+        try:
+            st = os.stat(self.path / MIG_FILE)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def read_mig(self) -> dict[str, Any]:
+        path = self.path / MIG_FILE
+        try:
+            return _json_object(_read_state_file(path), path)
+        except FileNotFoundError:
+            return {}
+
+    def update_mig(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Read-modify-write `mig.json` under the directory lock: two processes never take one placement."""
+        with self.locked():
+            new = change(self.read_mig())
+            write_atomic(self.path / MIG_FILE, json.dumps(new, indent=2).encode(), durable=False)
+            return new
 
     # -- fault injection ----------------------------------------------------------------------------
 
