@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from fnmatch import fnmatch
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -230,8 +232,9 @@ def equivalents() -> set[str]:
     return set(re.findall(r"^\|\s*`([^`]+__mutmut_\d+)`", EQUIVALENTS.read_text(), re.MULTILINE))
 
 
-def report(names: list[str]) -> int:
-    """Print the table; return how many targets (not preliminary) are below 90 %."""
+def report(names: list[str], *, markdown: bool = False) -> int:
+    """Print the table (a README table with `markdown`); return how many targets (not preliminary) are
+    below 90 %."""
     listed = equivalents()
     rows, survivors, below = [], [], 0
     for name in names:
@@ -248,13 +251,22 @@ def report(names: list[str]) -> int:
             note = ", ".join(filter(None, [note, f"{unchecked} not checked"]))
         if not target.preliminary and not score >= 90.0:
             below += 1
-        rows.append((name, str(len(found)), str(killed), str(equivalent), f"{score:.1f}%", note))
+        module = f"`{target.module}`" if markdown else name
+        rows.append((module, str(len(found)), str(killed), str(equivalent), f"{score:.1f}%", note))
         survivors += [
             f"  {name}: {m} ({s})"
             for m, s in sorted(found.items())
             if s not in KILLED and s != "not checked" and m not in listed
         ]
-    header = ("module", "mutants", "killed", "equivalent", "score", "")
+    header = ("module", "mutants", "killed", "equivalent", "score", "note")
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + " --- |" * len(header))
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        print(f"\nReported {when}, mutmut {version('mutmut')}, Python {platform.python_version()}.")
+        return below
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
@@ -270,6 +282,7 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=3600.0, help="for the whole run (default 3600)")
     parser.add_argument("--jobs", type=int, default=1, help="mutants tested at once (default 1)")
     parser.add_argument("--report-only", action="store_true", help="print the table of the last runs")
+    parser.add_argument("--markdown", action="store_true", help="the table for the README")
     args = parser.parse_args()
     names = args.modules or list(TARGETS)
     unknown = [n for n in names if n not in TARGETS]
@@ -288,7 +301,7 @@ def main() -> int:
                 print(f"{name}: skipped, the time budget is spent", flush=True)
                 continue
             run(name, TARGETS[name], left, args.jobs)
-    below = report(names)
+    below = report(names, markdown=args.markdown)
     return 1 if below else 0
 
 
