@@ -69,7 +69,9 @@ def test_mig_names_and_minors() -> None:
 
 
 def test_opt_in_mig_name_patterns_and_a_profile_with_no_default_name() -> None:
-    config = "resources:\n  mig:\n  - {pattern: '1g.*', name: mig-small}\n  - {pattern: '*.20gb', name: mig-big}\n"
+    config = (
+        "resources:\n  mig:\n  - {pattern: '1g.*', name: mig-small}\n  - {pattern: '*.20gb', name: mig-big}\n"
+    )
     got = {
         r.name: len(r.devices)
         for r in resources("a100-mig", config, allow_resource_customization=True, mig_strategy="mixed")
