@@ -111,7 +111,6 @@ TARGETS: dict[str, Target] = {
         "kubegpu/allocation/resources.py",
         (
             "tests/allocation/test_resources.py",
-            "tests/allocation/test_resource_devices.py",
             "tests/allocation/test_sharing_resources.py",
             "tests/allocation/test_message_size.py",
         ),
