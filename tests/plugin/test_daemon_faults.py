@@ -65,7 +65,7 @@ async def test_a_gpu_lost_with_health_checks_off_is_a_fault_the_reload_serves() 
         await n.daemon.reload()
         await n.allocatable(7)
         fault = n.daemon.faults.get(UUIDS[5])
-        assert fault is not None and fault.reason.startswith("not found by discovery")
+        assert fault is not None and fault.reason == "not found by discovery: GPU is lost"  # NVML's word
         assert list(n.daemon.faults.snapshot()) == [UUIDS[5]]
         assert served_health(n)[UUIDS[5]] == [fault.health]
         (update, *_) = n.sim.events(EventKind.DEVICES_UPDATED, resource=GPU, after=mark)
