@@ -7,9 +7,13 @@ kept (the same GPUs after each reload), so only the book can carry a fault acros
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from kubegpu.kubeletsim import EventKind
 from kubegpu.node.inventory import Health
-from tests.plugin.test_daemon import GPU, UUIDS, Node, node
+from tests.plugin.test_daemon import GPU, UUIDS, Node, node, until
 
 RELOADED_CONFIGS = [
     "version: v1\n# nothing changed but this line\n",
@@ -71,4 +75,23 @@ async def test_a_gpu_lost_with_health_checks_off_is_a_fault_the_reload_serves() 
         (update, *_) = n.sim.events(EventKind.DEVICES_UPDATED, resource=GPU, after=mark)
         assert update.data["unhealthy"] == [UUIDS[5]]
         assert n.sim.capacity()[GPU] == 8
+        assert await n.stop() == 0
+
+
+async def test_a_lost_gpu_that_recovers_is_rediscovered_without_reloading_the_config(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="kubegpu.plugin.daemon")
+    async with node(KUBEGPU_RECOVERY_QUIET_SECONDS="1", KUBEGPU_HEALTH_PROBE_SECONDS="0.1") as n:
+        n.start()
+        await n.allocatable(8)
+        n.state.inject_lost(5)
+        await n.daemon.reload()
+        await n.allocatable(7)
+        n.state.recover(5)
+        await n.allocatable(8)
+        rediscovered = "discovered 8 GPU(s)"
+        await until(lambda: "rediscovering it" in caplog.text and caplog.text.count(rediscovered) == 3)
+        assert n.counter("kubegpu_config_reloads_total", result="applied") == 1  # the SIGHUP's only
+        assert n.daemon.faults.snapshot() == {}
         assert await n.stop() == 0
