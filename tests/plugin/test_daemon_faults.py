@@ -7,6 +7,7 @@ kept (the same GPUs after each reload), so only the book can carry a fault acros
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -94,4 +95,21 @@ async def test_a_lost_gpu_that_recovers_is_rediscovered_without_reloading_the_co
         await until(lambda: "rediscovering it" in caplog.text and caplog.text.count(rediscovered) == 3)
         assert n.counter("kubegpu_config_reloads_total", result="applied") == 1  # the SIGHUP's only
         assert n.daemon.faults.snapshot() == {}
+        assert await n.stop() == 0
+
+
+async def test_requests_made_during_a_pass_are_all_answered_by_the_next_one() -> None:
+    # A rediscovery runs; meanwhile a reload (config and devices) and a refresh (neither) are asked for.
+    # The pass after the running one must do what either asked: the refresh must not cancel the reload.
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n")
+        running = asyncio.create_task(n.daemon._reconcile(rediscover=True))
+        reload = asyncio.create_task(n.daemon.reload())
+        refresh = asyncio.create_task(n.daemon._reconcile(rediscover=False))
+        await asyncio.gather(running, reload, refresh)
+        assert n.daemon.settings.plugin.deviceIDStrategy == "index"
+        # The file watcher may reload once more on the write.
+        assert n.counter("kubegpu_config_reloads_total", result="applied") in (1, 2)
         assert await n.stop() == 0
