@@ -76,7 +76,11 @@ TARGETS: dict[str, Target] = {
     ),
     "settings-plugin": Target(
         "kubegpu/settings/plugin.py",
-        ("tests/settings/test_plugin_settings.py", "tests/allocation/test_allocation_config.py"),
+        (
+            "tests/settings/test_plugin_settings.py",
+            "tests/allocation/test_allocation_config.py",
+            "tests/allocation/test_sharing_resources.py",  # customization, strict config, MPS checks
+        ),
         deselect=(RANDOM_DOCUMENTS,),
     ),
     "reconcile": Target("kubegpu/plugin/reconcile.py", ("tests/plugin/test_reconcile.py",)),
