@@ -22,6 +22,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -206,10 +207,19 @@ def run(name: str, target: Target, budget_s: float, jobs: int) -> None:
     with (work / "run.log").open("w") as out:
         for names in passes:
             cmd = ["nice", "-n", "15", str(MUTMUT), "run", "--max-children", str(jobs), *names]
+            # Its own process group: at the budget, mutmut's fork server and workers stop with it.
+            proc = subprocess.Popen(
+                cmd, cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
             try:
-                left = deadline - time.monotonic()
-                subprocess.run(cmd, cwd=work, stdout=out, stderr=subprocess.STDOUT, timeout=left, check=False)
-            except (subprocess.TimeoutExpired, ValueError):
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
                 print(f"{name}: stopped at its time budget; unchecked mutants are reported as such")
                 return
 
