@@ -10,8 +10,9 @@ of functions that changed. mutmut itself runs, for each mutant, only the selecte
 mutated function. Then the table: per module the mutants, how many the tests killed, the score, and every
 survivor not listed as equivalent in docs/mutation.md (`mutmut show NAME` in the work directory shows one).
 
-Score: (killed + timed out) / (mutants - equivalent ones listed in docs/mutation.md). "no tests" (no
-selected test calls the function) counts as not killed.
+Score: (killed + timed out) / (mutants checked - equivalent ones listed in docs/mutation.md); a run cut
+short by its budget says how many it did not check. "no tests" (no selected test calls the function)
+counts as not killed.
 """
 
 from __future__ import annotations
@@ -257,16 +258,17 @@ def report(names: list[str], *, markdown: bool = False) -> int:
         counts = Counter(found.values())
         equivalent = sum(1 for m, s in found.items() if m in listed and s not in KILLED)
         killed = sum(counts[s] for s in KILLED)
-        scored = len(found) - equivalent
-        score = 100.0 * killed / scored if scored else float("nan")
         unchecked = counts["not checked"]
+        scored = len(found) - unchecked - equivalent  # a run cut short scores what it checked
+        score = 100.0 * killed / scored if scored else float("nan")
         note = "preliminary" if target.preliminary else ""
         if unchecked:
             note = ", ".join(filter(None, [note, f"{unchecked} not checked"]))
         if not target.preliminary and not score >= 90.0:
             below += 1
         module = f"`{target.module}`" if markdown else name
-        rows.append((module, str(len(found)), str(killed), str(equivalent), f"{score:.1f}%", note))
+        shown = f"{score:.1f}%" if scored else "not run"
+        rows.append((module, str(len(found)), str(killed), str(equivalent), shown, note))
         survivors += [
             f"  {name}: {m} ({s})"
             for m, s in sorted(found.items())
