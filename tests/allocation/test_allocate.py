@@ -119,6 +119,7 @@ def test_an_unknown_id_that_would_forge_a_log_line_is_quoted() -> None:
     [
         ([], "no container requests (the kubelet sends one per container)"),
         ([3, 3, 3], "9 devices requested in 3 containers but this node advertises only 8 for nvidia.com/gpu"),
+        ([5, 4], "9 devices requested in 2 containers but this node advertises only 8 for nvidia.com/gpu"),
     ],
 )
 def test_whole_requests_beyond_the_node_are_refused(counts: list[int], message: str) -> None:
@@ -132,6 +133,25 @@ def test_requests_the_kubelet_sends_pass_the_whole_request_check() -> None:
     validate_containers(RESOURCE, [1])
     validate_containers(RESOURCE, [8])
     validate_containers(RESOURCE, [4, 4])
+
+
+def test_the_edges_of_a_single_container_request() -> None:
+    validate_request(RESOURCE, [gpu_uuid(i) for i in range(8)])  # every device the node advertises
+    validate_request(shared("mps", True), [f"{gpu_uuid(0)}::3"])  # one replica where only one is allowed
+    prefix = 'invalid allocation request for "nvidia.com/gpu": invalid request: '
+    with pytest.raises(AllocationRequestError) as err:
+        validate_request(RESOURCE, [])
+    assert str(err.value) == prefix + "no devices requested; the kubelet sends at least one ID"
+    longest = "GPU-" + "f" * 59  # 63 characters: still an ID we could have, so NVIDIA's refusal
+    with pytest.raises(AllocationRequestError) as err:
+        validate_request(RESOURCE, [longest])
+    assert str(err.value) == prefix + f"unknown device: {longest}" and err.value.nvidia_compatible
+    with pytest.raises(AllocationRequestError) as err:
+        validate_request(RESOURCE, [longest + "f"])
+    assert str(err.value) == (
+        prefix + f"device ID {longest!r}... is 64 characters; device IDs are at most 63, "
+        "so it cannot be one of ours"
+    )
 
 
 known = st.sampled_from([gpu_uuid(i) for i in range(8)])
@@ -220,6 +240,8 @@ def test_imex_channel_in_every_strategy() -> None:
     out = allocate_container(RESOURCE, [gpu_uuid(2)], options)
     assert out.cdi_devices == [f"{GPU}{gpu_uuid(2)}", "k8s.device-plugin.nvidia.com/imex-channel=0"]
     assert out.envs["NVIDIA_IMEX_CHANNELS"] == "0"
+    two = allocate_container(RESOURCE, [gpu_uuid(2)], cdi_options("envvar", imex_channels=("0", "1")))
+    assert two.envs["NVIDIA_IMEX_CHANNELS"] == "0,1"
     assert [(m.container_path, m.host_path) for m in out.mounts][-1] == (
         "/var/run/nvidia-container-devices/imex/0",
         "/dev/null",

@@ -88,3 +88,13 @@ def test_xid_0_is_an_xid(tmp_path: Path) -> None:
     path = tmp_path / "x.yaml"
     path.write_text("xids: {0: {action: ignore, meaning: zero}}\n")
     assert (load_catalog(path)[0].action, load_catalog(path)[0].meaning) == (XidAction.IGNORE, "zero")
+
+
+def test_a_missing_file_is_named_as_the_xid_actions_file(tmp_path: Path) -> None:
+    path = tmp_path / "xids.yaml"
+    with pytest.raises(XidCatalogError) as err:
+        load_catalog(path)
+    assert str(err.value) == (
+        f"invalid XID actions file {path} (KUBEGPU_XID_ACTIONS): {path}: no such file or directory; check "
+        f"the path of the XID actions file{EXPECTED}"
+    )

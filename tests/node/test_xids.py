@@ -114,3 +114,11 @@ def test_a_classifier_describes_xids_from_its_catalog() -> None:
         "XID 154 (GPU recovery action changed: the driver asks for a node reboot)"
     )
     assert classifier.meaning(999) == "" and classifier.describe(999) == "XID 999"
+
+
+def test_a_malformed_entry_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    policy_from_env({"DP_DISABLE_HEALTHCHECKS": "abc,79", "DP_ENABLE_HEALTHCHECKS": "x1"})
+    assert [r.getMessage() for r in caplog.records] == [
+        "DP_DISABLE_HEALTHCHECKS: ignoring 'abc', which is not an XID number (use e.g. 79 or all)",
+        "DP_ENABLE_HEALTHCHECKS: ignoring 'x1', which is not an XID number (use e.g. 79 or all)",
+    ]

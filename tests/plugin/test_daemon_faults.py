@@ -7,9 +7,14 @@ kept (the same GPUs after each reload), so only the book can carry a fault acros
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
+import pytest
+
 from kubegpu.kubeletsim import EventKind
 from kubegpu.node.inventory import Health
-from tests.plugin.test_daemon import GPU, UUIDS, Node, node
+from tests.plugin.test_daemon import GPU, UUIDS, Node, node, until
 
 RELOADED_CONFIGS = [
     "version: v1\n# nothing changed but this line\n",
@@ -65,10 +70,46 @@ async def test_a_gpu_lost_with_health_checks_off_is_a_fault_the_reload_serves() 
         await n.daemon.reload()
         await n.allocatable(7)
         fault = n.daemon.faults.get(UUIDS[5])
-        assert fault is not None and fault.reason.startswith("not found by discovery")
+        assert fault is not None and fault.reason == "not found by discovery: GPU is lost"  # NVML's word
         assert list(n.daemon.faults.snapshot()) == [UUIDS[5]]
         assert served_health(n)[UUIDS[5]] == [fault.health]
         (update, *_) = n.sim.events(EventKind.DEVICES_UPDATED, resource=GPU, after=mark)
         assert update.data["unhealthy"] == [UUIDS[5]]
         assert n.sim.capacity()[GPU] == 8
+        assert await n.stop() == 0
+
+
+async def test_a_lost_gpu_that_recovers_is_rediscovered_without_reloading_the_config(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="kubegpu.plugin.daemon")
+    async with node(KUBEGPU_RECOVERY_QUIET_SECONDS="1", KUBEGPU_HEALTH_PROBE_SECONDS="0.1") as n:
+        n.start()
+        await n.allocatable(8)
+        n.state.inject_lost(5)
+        await n.daemon.reload()
+        await n.allocatable(7)
+        n.state.recover(5)
+        await n.allocatable(8)
+        rediscovered = "discovered 8 GPU(s)"
+        await until(lambda: "rediscovering it" in caplog.text and caplog.text.count(rediscovered) == 3)
+        assert n.counter("kubegpu_config_reloads_total", result="applied") == 1  # the SIGHUP's only
+        assert n.daemon.faults.snapshot() == {}
+        assert await n.stop() == 0
+
+
+async def test_requests_made_during_a_pass_are_all_answered_by_the_next_one() -> None:
+    # A rediscovery runs; meanwhile a reload (config and devices) and a refresh (neither) are asked for.
+    # The pass after the running one must do what either asked: the refresh must not cancel the reload.
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n")
+        running = asyncio.create_task(n.daemon._reconcile(rediscover=True))
+        reload = asyncio.create_task(n.daemon.reload())
+        refresh = asyncio.create_task(n.daemon._reconcile(rediscover=False))
+        await asyncio.gather(running, reload, refresh)
+        assert n.daemon.settings.plugin.deviceIDStrategy == "index"
+        # The file watcher may reload once more on the write.
+        assert n.counter("kubegpu_config_reloads_total", result="applied") in (1, 2)
         assert await n.stop() == 0
