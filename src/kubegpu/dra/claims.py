@@ -1,22 +1,26 @@
-"""Prepare reads the claim: GET it through the official client (in the resource.k8s.io version the server
-serves) and check it the way the kubelet plugin helper does, so the driver prepares exactly what the
-scheduler allocated (pool, device, request) with the config that came with it."""
+"""Prepare reads the claim: GET it (in the resource.k8s.io version the server serves) and check it the way
+the kubelet plugin helper does, so the driver prepares exactly what the scheduler allocated (pool, device,
+request) with the config that came with it.
+
+An API server that cannot answer (refused, timed out, 5xx, 429 past a short wait) is a `ClaimApiError`: a
+per-claim error whose text says what failed and that the kubelet will retry, never a failed call."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-
+from kubegpu.dra.api_errors import ApiError, ApiStatusError
+from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.slices import GROUP, pick_version
 
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = (5.0, 20.0)  # connect, read: well inside the kubelet's 45 s per call
+THROTTLE_BUDGET = 5.0  # seconds of the server's Retry-After a GET may wait out before it answers an error
+RETRY = "the kubelet will retry"
 
 
 class ClaimError(RuntimeError):
@@ -25,6 +29,15 @@ class ClaimError(RuntimeError):
 
 class ClaimGone(ClaimError):
     """The claim does not exist (any more), or a new one took its name."""
+
+
+class ClaimApiError(ClaimError):
+    """The API server could not say (unreachable, timed out, an error status): it may answer next time.
+    `kind` is the ApiError's (unreachable, timeout, throttled, server, status, bad-response)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,33 +65,21 @@ class AllocatedClaim:
 
 
 class ClaimReader:
-    def __init__(self, api_client: client.ApiClient, driver_name: str) -> None:
+    def __init__(self, api: KubeClient, driver_name: str) -> None:
         self.driver_name = driver_name
-        self._api_client = api_client
-        self._apis: tuple[Any, Any] | None = None  # made at first use: the client's API classes import slowly
+        self._api = api
         self.version: str | None = None
 
-    @property
-    def _custom(self) -> Any:
-        return self._client_apis()[0]
-
-    @property
-    def _group(self) -> Any:
-        return self._client_apis()[1]
-
     def warm(self) -> None:
-        """Import the client's API classes now (blocking), not in the first Prepare."""
-        self._client_apis()
-
-    def _client_apis(self) -> tuple[Any, Any]:
-        if self._apis is None:
-            self._apis = (client.CustomObjectsApi(self._api_client), client.ResourceApi(self._api_client))
-        return self._apis
+        """Nothing to load ahead any more (the light client has no API classes to import)."""
 
     def _served_version(self) -> str:
         if self.version is None:
-            response = self._group.get_api_group(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
-            served = [str(v.get("version")) for v in json.loads(response.data).get("versions") or []]
+            group = self._api.request(
+                "GET", f"/apis/{GROUP}", timeout=REQUEST_TIMEOUT, throttle_budget=THROTTLE_BUDGET
+            )
+            versions = group.get("versions") if isinstance(group, dict) else None
+            served = [str(v.get("version")) for v in versions or [] if isinstance(v, dict)]
             version = pick_version(served)
             if version is None:
                 raise ClaimError(
@@ -91,24 +92,23 @@ class ClaimReader:
         """The claim as allocated for this driver; ClaimError naming what is wrong. Blocking: use a thread."""
         what = f"claim {namespace}/{name}"
         try:
-            response = self._custom.get_namespaced_custom_object(
-                GROUP,
-                self._served_version(),
-                namespace,
-                "resourceclaims",
-                name,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
+            path = (
+                f"/apis/{GROUP}/{self._served_version()}/namespaces/{quote(namespace, safe='')}"
+                f"/resourceclaims/{quote(name, safe='')}"
             )
-            obj = json.loads(response.data)
-        except ApiException as err:
-            if err.status == 404 and _names_claim(err, name):
+            obj = self._api.request("GET", path, timeout=REQUEST_TIMEOUT, throttle_budget=THROTTLE_BUDGET)
+        except ApiStatusError as err:
+            if err.status == 404 and err.names("resourceclaims", name):
                 raise ClaimGone(f"{what} not found: it was deleted before it could be prepared") from None
             if err.status == 404:  # the path itself: the version went away (an upgrade); look it up again
                 self.version = None
-            raise ClaimError(f"cannot read {what}: {err.status} {err.reason}") from None
-        except (OSError, ValueError) as err:  # connection refused, timeouts, not JSON
-            raise ClaimError(f"cannot read {what}: {err}") from None
+            raise ClaimApiError(f"cannot read {what}: {err}; {RETRY}", err.kind) from None
+        except ApiError as err:  # refused, timed out, not JSON
+            raise ClaimApiError(f"cannot read {what}: {err}; {RETRY}", err.kind) from None
+        if not isinstance(obj, dict):
+            raise ClaimApiError(
+                f"cannot read {what}: the API server answered no object; {RETRY}", "bad-response"
+            )
         return self.check(obj, namespace, name, uid)
 
     def check(self, obj: dict[str, Any], namespace: str, name: str, uid: str) -> AllocatedClaim:
@@ -136,13 +136,3 @@ class ClaimReader:
         if not results:
             raise ClaimError(f"{what} has no devices of driver {self.driver_name}")
         return AllocatedClaim(namespace, name, uid, results, tuple(devices.get("config") or []))
-
-
-def _names_claim(err: ApiException, name: str) -> bool:
-    """A 404 about this claim (its Status names it), not about the path: a version the server no longer
-    serves answers 404 too, for every claim, and must not read as "every claim was deleted"."""
-    try:
-        details = json.loads(err.body or "{}").get("details") or {}
-    except (ValueError, AttributeError):
-        return False
-    return bool(details.get("kind") == "resourceclaims" and details.get("name") == name)

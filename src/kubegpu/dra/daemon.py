@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-from kubernetes import client
 
 from kubegpu.allocation.cdi import CdiOptions
 from kubegpu.allocation.resources import parse_mig_minors
@@ -33,6 +32,7 @@ from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
 from kubegpu.dra.devices import DraDevice, device_entries, device_table
+from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.prepare import LOCK_FILE, NodeLock, Preparer
 from kubegpu.dra.publisher import SlicePublisher
 from kubegpu.dra.service import KubeletServers
@@ -77,12 +77,12 @@ class DraDaemon:
         settings: DraSettings,
         nvml: NvmlBackend,
         health: HealthSettings,
-        api_client: client.ApiClient,
+        api: KubeClient,
     ) -> None:
         self.settings = settings
         self.nvml = nvml
         self.health = health
-        self.api_client = api_client
+        self.api = api
         self.faults = FaultBook()  # outlives every health thread
         self.base = Inventory()
         self.published: list[dict[str, Any]] | None = None
@@ -127,7 +127,7 @@ class DraDaemon:
             specs = ClaimSpecs(s.cdi_root, s.driver_name, CdiOptions(mig_minors=_mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
-            reader = ClaimReader(self.api_client, s.driver_name)
+            reader = ClaimReader(self.api, s.driver_name)
             preparer = Preparer(
                 driver_name=s.driver_name,
                 node_name=s.node_name,
@@ -142,12 +142,7 @@ class DraDaemon:
             )
             self._install_signals()
             await servers.start()
-            # The client's API classes take seconds to import: in a thread, so that GetInfo (1 s budget) and
-            # Prepare are answered meanwhile.
-            publisher = await asyncio.to_thread(
-                SlicePublisher, self.api_client, driver_name=s.driver_name, node_name=s.node_name
-            )
-            await asyncio.to_thread(reader.warm)
+            publisher = SlicePublisher(self.api, driver_name=s.driver_name, node_name=s.node_name)
             self._publish(publisher)
             tasks = [
                 asyncio.create_task(self._supervised("slice publisher", publisher.run), name="publisher"),

@@ -10,9 +10,7 @@ the client sees it.
 from __future__ import annotations
 
 import os
-
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.common.files import MIB, FileProblem, read_text_file
 from kubegpu.settings.goyaml import GoYamlError
@@ -21,6 +19,9 @@ from kubegpu.settings.goyaml import load as load_yaml
 # Large kubeconfigs hold thousands of contexts with embedded certificates: a few MB.
 KUBECONFIG_LIMIT = 16 * MIB
 KUBECONFIG_NODES = 200_000
+
+if TYPE_CHECKING:  # the client is imported only by who builds its configuration (not the DRA driver)
+    from kubernetes import client
 
 
 class KubeconfigError(ValueError):
@@ -33,14 +34,19 @@ def check_kubeconfig(paths: str) -> None:
         path = os.path.expanduser(path)
         if not path or not os.path.exists(path):
             continue  # the client reports a missing file in its own words
-        try:
-            text = read_text_file(path, limit=KUBECONFIG_LIMIT, what="kubeconfig")
-            load_yaml(text, max_nodes=KUBECONFIG_NODES)
-        except FileProblem as err:
-            raise KubeconfigError(f"invalid kubeconfig {err}") from err
-        except GoYamlError as err:
-            where = f" (line {err.line}, column {err.column})" if err.line else ""
-            raise KubeconfigError(f"invalid kubeconfig {path}: {err}{where}; fix or regenerate it") from err
+        read_kubeconfig(path)
+
+
+def read_kubeconfig(path: str) -> Any:
+    """The parsed kubeconfig at `path`, read within the limits above; KubeconfigError naming the problem."""
+    try:
+        text = read_text_file(path, limit=KUBECONFIG_LIMIT, what="kubeconfig")
+        return load_yaml(text, max_nodes=KUBECONFIG_NODES).value
+    except FileProblem as err:
+        raise KubeconfigError(f"invalid kubeconfig {err}") from err
+    except GoYamlError as err:
+        where = f" (line {err.line}, column {err.column})" if err.line else ""
+        raise KubeconfigError(f"invalid kubeconfig {path}: {err}{where}; fix or regenerate it") from err
 
 
 def load_configuration(kubeconfig: str) -> client.Configuration:
@@ -50,6 +56,9 @@ def load_configuration(kubeconfig: str) -> client.Configuration:
     Its own Configuration object, not the client's process-wide default, so that several clients (tests)
     can coexist; and no urllib3 retries underneath: callers retry with back-off and log each failure once.
     """
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = client.Configuration()
     try:
         if kubeconfig:
