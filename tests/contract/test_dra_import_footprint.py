@@ -1,5 +1,6 @@
 """What `kubegpu dra`'s process imports: never the official `kubernetes` client (its models cost the driver
-about 25 MB of resident memory), nor urllib3, nor the test and tool stack.
+about 25 MB of resident memory), nor urllib3 or http.client (with the email package, 1.7 MB), nor the test
+and tool stack.
 
 A behaviour test on the real process: the driver runs with Python's import log on (PYTHONPROFILEIMPORTTIME)
 through registration, publication, and the Prepare and Unprepare of a claim, so every import of the paths
@@ -18,6 +19,8 @@ from tests.dra_objects import claim, request
 NEVER_IN_THE_DRIVER = (
     "kubernetes",
     "urllib3",
+    "http.client",  # and with it the email package: the light client speaks HTTP/1.1 itself
+    "email",
     "pydantic",
     "rich",
     "kubegpu.apisim",

@@ -17,8 +17,6 @@ in whichever resource.k8s.io version the server serves. This client does what th
 from __future__ import annotations
 
 import base64
-import contextlib
-import http.client
 import json
 import select
 import socket
@@ -40,13 +38,15 @@ from kubegpu.dra.api_errors import (
     ApiUnreachable,
     status_error,
 )
+from kubegpu.dra.http11 import Connection, Head, HttpError, request_bytes
 from kubegpu.settings.kubeaccess import ApiAccess
 from kubegpu.settings.kubeconfig import KubeconfigError
 
 Timeout = tuple[float, float]  # connect, read (seconds)
 DEFAULT_TIMEOUT: Timeout = (10.0, 30.0)
 TOKEN_REREAD_S = 60.0  # client-go's cachingTokenSource
-MAX_LINE = 64 * 1024 * 1024  # one watch event; the API server stores objects up to 1.5 MiB
+MAX_BODY = 64 * 1024 * 1024  # one answer (a list of a node's slices is far smaller)
+MAX_EVENT = 16 * 1024 * 1024  # one watch event; the API server stores objects up to 1.5 MiB
 MAX_IDLE = 4
 
 
@@ -65,14 +65,14 @@ class KubeClient:
             raise KubeconfigError(f"{access.source}: server {access.server!r} is not an http(s) URL")
         self.access = access
         self.server = access.server
-        self._https = url.scheme == "https"
         self._host = url.hostname
-        self._port = url.port or (443 if self._https else 80)
+        self._port = url.port or (443 if url.scheme == "https" else 80)
+        self._host_header = url.netloc.rpartition("@")[2]
         self._prefix = url.path.rstrip("/")
-        self._tls = _tls_context(access) if self._https else None
+        self._tls = _tls_context(access) if url.scheme == "https" else None
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[Connection] = []
         self._token = access.token
         self._token_read_at: float | None = None
 
@@ -93,17 +93,16 @@ class KubeClient:
         payload = json.dumps(body).encode() if body is not None else None
         waited = 0.0
         while True:
-            status, reason, retry_after, data = self._exchange(
-                method, self._target(path, query), payload, timeout
-            )
-            if status < 400:
+            head, data = self._exchange(method, self._target(path, query), payload, timeout)
+            if head.status < 400:
                 try:
                     return json.loads(data) if data else None
                 except ValueError:
                     raise ApiBadResponse(
                         f"the API server at {self.server} answered {method} {path} with a body not JSON"
                     ) from None
-            err = status_error(status, reason, data, retry_after)
+            retry_after = _retry_after(head)
+            err = status_error(head.status, head.reason, data, retry_after)
             retry = isinstance(err, ApiThrottled | ApiServerError) and retry_after is not None
             if retry and retry_after is not None and waited + retry_after <= throttle_budget:
                 self._sleep(retry_after)
@@ -114,20 +113,16 @@ class KubeClient:
     def stream(self, path: str, query: Mapping[str, str] | None, timeout: Timeout) -> WatchStream:
         """A watch: the response's lines as they come, on a connection of its own."""
         conn = self._connect(timeout)
-        sock = conn.sock  # held here: the connection lets go of it when the response will close it
-        assert sock is not None
         try:
-            conn.request("GET", self._target(path, query), headers=self._headers())
-            response = conn.getresponse()
+            conn.send(self._request_bytes("GET", self._target(path, query), None))
+            head = conn.read_head()
+            if head.status >= 400:
+                data = conn.read_body(head, 64 * 1024)
+                raise status_error(head.status, head.reason, data, _retry_after(head))
         except BaseException as err:
             conn.close()
             raise self.api_error(err, timeout) from None
-        stream = WatchStream(conn, sock, response, self, timeout)
-        if response.status >= 400:
-            data = _read_quietly(response)
-            stream.close()
-            raise status_error(response.status, response.reason, data, _retry_after(response))
-        return stream
+        return WatchStream(conn, head, self, timeout)
 
     def close(self) -> None:
         with self._lock:
@@ -140,27 +135,7 @@ class KubeClient:
     def _target(self, path: str, query: Mapping[str, str] | None) -> str:
         return self._prefix + path + ("?" + urlencode(query) if query else "")
 
-    def _exchange(
-        self, method: str, target: str, payload: bytes | None, timeout: Timeout
-    ) -> tuple[int, str, float | None, bytes]:
-        conn = self._take(timeout)
-        headers = self._headers()
-        if payload is not None:
-            headers["Content-Type"] = "application/json"
-        try:
-            conn.request(method, target, body=payload, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
-        except BaseException as err:
-            conn.close()
-            raise self.api_error(err, timeout) from None
-        if response.will_close:
-            conn.close()
-        else:
-            self._give_back(conn)
-        return response.status, response.reason, _retry_after(response), data
-
-    def _headers(self) -> dict[str, str]:
+    def _request_bytes(self, method: str, target: str, payload: bytes | None) -> bytes:
         headers = {"Accept": "application/json", "User-Agent": "kubegpu-dra"}
         token = self._current_token()
         if token:
@@ -168,7 +143,26 @@ class KubeClient:
         elif self.access.username:
             pair = f"{self.access.username}:{self.access.password}".encode()
             headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-        return headers
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        return request_bytes(method, target, self._host_header, headers, payload)
+
+    def _exchange(
+        self, method: str, target: str, payload: bytes | None, timeout: Timeout
+    ) -> tuple[Head, bytes]:
+        conn = self._take(timeout)
+        try:
+            conn.send(self._request_bytes(method, target, payload))
+            head = conn.read_head()
+            data = conn.read_body(head, MAX_BODY)
+        except BaseException as err:
+            conn.close()
+            raise self.api_error(err, timeout) from None
+        if head.keeps_alive:
+            self._give_back(conn)
+        else:
+            conn.close()
+        return head, data
 
     def _current_token(self) -> str:
         if self.access.token or not self.access.token_file:
@@ -186,38 +180,39 @@ class KubeClient:
                 self._token, self._token_read_at = token, now
         return self._token
 
-    def _take(self, timeout: Timeout) -> http.client.HTTPConnection:
+    def _take(self, timeout: Timeout) -> Connection:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 return self._connect(timeout)
-            if conn.sock is not None and not _closed_by_peer(conn.sock):
+            if not _closed_by_peer(conn.sock):
                 conn.sock.settimeout(timeout[1])
                 return conn
             conn.close()
 
-    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+    def _give_back(self, conn: Connection) -> None:
         with self._lock:
             if len(self._idle) < MAX_IDLE:
                 self._idle.append(conn)
                 return
         conn.close()
 
-    def _connect(self, timeout: Timeout) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if self._tls is not None:
-            conn = _TlsConnection(self._host, self._port, timeout[0], self._tls, self.access.tls_server_name)
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout[0])
+    def _connect(self, timeout: Timeout) -> Connection:
+        # The host as bytes: resolving a str would load the idna codec (and unicodedata) for nothing.
+        host: Any = self._host.encode() if self._host.isascii() else self._host
         try:
-            conn.connect()
+            sock = socket.create_connection((host, self._port), timeout[0])
         except BaseException as err:
-            conn.close()
             raise self.api_error(err, timeout, connecting=True) from None
-        assert conn.sock is not None
-        conn.sock.settimeout(timeout[1])
-        return conn
+        try:
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_hostname=self.access.tls_server_name or self._host)
+            sock.settimeout(timeout[1])
+        except BaseException as err:
+            sock.close()
+            raise self.api_error(err, timeout, connecting=True) from None
+        return Connection(sock)
 
     def api_error(self, err: BaseException, timeout: Timeout, *, connecting: bool = False) -> BaseException:
         """The ApiError for what a call raised (anything else, such as KeyboardInterrupt, as it is)."""
@@ -229,7 +224,7 @@ class KubeClient:
                     f"the API server at {self.server} did not accept a connection within {timeout[0]:g} s"
                 )
             return ApiTimeout(f"the API server at {self.server} did not answer within {timeout[1]:g} s")
-        if isinstance(err, OSError | http.client.HTTPException):
+        if isinstance(err, OSError | HttpError):
             return ApiUnreachable(f"cannot reach the API server at {self.server}: {_reason(err)}")
         return err
 
@@ -237,50 +232,25 @@ class KubeClient:
 class WatchStream:
     """One watch response, read by one thread: `lines()`, then `close()`; `end()` from any thread stops it."""
 
-    def __init__(
-        self,
-        conn: http.client.HTTPConnection,
-        sock: socket.socket,
-        response: http.client.HTTPResponse,
-        client: KubeClient,
-        timeout: Timeout,
-    ) -> None:
-        self._conn, self._sock, self._response = conn, sock, response
-        self._client, self._timeout = client, timeout
+    def __init__(self, conn: Connection, head: Head, client: KubeClient, timeout: Timeout) -> None:
+        self._conn, self._head, self._client, self._timeout = conn, head, client, timeout
 
     def lines(self) -> Iterator[bytes]:
+        lines = self._conn.lines(self._head, MAX_EVENT)
         while True:
             try:
-                line = self._response.readline(MAX_LINE)
+                line = next(lines)
+            except StopIteration:
+                return
             except BaseException as err:
                 raise self._client.api_error(err, self._timeout) from None
-            if not line:
-                return
             yield line
 
     def end(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # the reading thread's next read returns at once
+        self._conn.shutdown()  # the reading thread's next read returns at once
 
     def close(self) -> None:
-        self._response.close()
         self._conn.close()
-        self._sock.close()
-
-
-class _TlsConnection(http.client.HTTPSConnection):
-    """HTTPS whose certificate is checked against tls-server-name when the kubeconfig sets one."""
-
-    def __init__(
-        self, host: str, port: int, timeout: float, context: ssl.SSLContext, server_name: str
-    ) -> None:
-        super().__init__(host, port, timeout=timeout, context=context)
-        self._tls_context = context
-        self._server_name = server_name or host
-
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._server_name)
 
 
 def _tls_context(access: ApiAccess) -> ssl.SSLContext:
@@ -329,33 +299,28 @@ def _closed_by_peer(sock: socket.socket) -> bool:
     return bool(readable)
 
 
-def _retry_after(response: http.client.HTTPResponse) -> float | None:
-    value = response.getheader("Retry-After")
+def _retry_after(head: Head) -> float | None:
+    value = head.header("retry-after")
     if value is None:
         return None
     try:
         seconds = float(value.strip())
     except ValueError:
         return None  # an HTTP date: the API server sends seconds
-    return seconds if seconds >= 0 else None
-
-
-def _read_quietly(response: http.client.HTTPResponse) -> bytes:
-    try:
-        return response.read(64 * 1024)
-    except (OSError, http.client.HTTPException):
-        return b""
+    return seconds if 0 <= seconds < 86400 else None
 
 
 def _reason(err: BaseException) -> str:
+    if isinstance(err, HttpError):
+        return str(err)
     if isinstance(err, ssl.SSLCertVerificationError):
         return f"TLS: {err.verify_message or err}"
     if isinstance(err, ConnectionRefusedError):
         return "connection refused"
     if isinstance(err, socket.gaierror):
         return f"cannot resolve the host ({err.strerror or err})"
-    if isinstance(err, http.client.RemoteDisconnected | ConnectionResetError | http.client.IncompleteRead):
-        return "the connection was closed before the answer was complete"
+    if isinstance(err, ConnectionResetError | BrokenPipeError):
+        return "the connection was reset"
     if isinstance(err, OSError) and err.strerror:
         return err.strerror[0].lower() + err.strerror[1:]
     text = str(err).splitlines()[0] if str(err) else ""
