@@ -84,7 +84,7 @@ class Connection:
             return b"".join(parts)
         length = head.header("content-length")
         if length is not None:
-            if not length.strip().isdigit():
+            if not _digits(length.strip()) or len(length.strip()) > 18:
                 raise HttpError(f"invalid Content-Length {length[:40]!r}")
             n = int(length)
             if n > limit:
@@ -137,7 +137,7 @@ class Connection:
         if (
             len(parts) < 2
             or not parts[0].startswith("HTTP/1.")
-            or not (parts[1].isdigit() and len(parts[1]) == 3)
+            or not (_digits(parts[1]) and len(parts[1]) == 3)
         ):
             raise HttpError(f"not an HTTP/1.1 status line: {first[:60]!r}")
         headers: dict[str, str] = {}
@@ -175,3 +175,8 @@ class Connection:
             if len(data) != size or self._reader.read(2) != b"\r\n":
                 raise HttpError("the connection was closed in the middle of a chunk")
             yield data
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only (str.isdigit also takes "²", which int() refuses)."""
+    return bool(text) and text.isascii() and text.isdigit()

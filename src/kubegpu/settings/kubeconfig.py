@@ -1,4 +1,5 @@
-"""A kubeconfig checked before the Kubernetes client reads it, and the client configuration built from it.
+"""A kubeconfig checked before the Kubernetes client reads it, and the client configuration built from it
+(the official client's, for the tools; the DRA driver reads the same files through `kubeaccess`).
 
 The Python client reads a kubeconfig whole and parses it with PyYAML, which expands aliases as it builds
 objects: a wrong path (/dev/zero) or an alias bomb would exhaust the process before any error. kubectl and
@@ -13,8 +14,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from kubegpu.common.files import MIB, FileProblem, read_text_file
-from kubegpu.settings.goyaml import GoYamlError
-from kubegpu.settings.goyaml import load as load_yaml
 
 # Large kubeconfigs hold thousands of contexts with embedded certificates: a few MB.
 KUBECONFIG_LIMIT = 16 * MIB
@@ -39,6 +38,10 @@ def check_kubeconfig(paths: str) -> None:
 
 def read_kubeconfig(path: str) -> Any:
     """The parsed kubeconfig at `path`, read within the limits above; KubeconfigError naming the problem."""
+    # The YAML reader (2.7 MB resident) only with a kubeconfig: a pod using its service account needs none.
+    from kubegpu.settings.goyaml import GoYamlError
+    from kubegpu.settings.goyaml import load as load_yaml
+
     try:
         text = read_text_file(path, limit=KUBECONFIG_LIMIT, what="kubeconfig")
         return load_yaml(text, max_nodes=KUBECONFIG_NODES).value
