@@ -151,7 +151,7 @@ class SlicePublisher:
                     self._rediscover = isinstance(err, ApiStatusError) and err.status == HTTP_NOT_FOUND
                     delay = retry_delay(backoff, err)
                     self._log.warning(
-                        "publish",
+                        f"publish-{getattr(err, 'kind', type(err).__name__)}",
                         "cannot publish ResourceSlices of pool %s (driver %s): %s; retrying in %.1fs",
                         self.node_name,
                         self.driver_name,

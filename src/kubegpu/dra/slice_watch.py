@@ -8,7 +8,8 @@ sees goes to the publisher's loop through `call_in_loop`.
 During an outage every failed attempt waits a capped back-off (`outage_backoff`: at most a second, so the
 pool is listed, and a slice deleted meanwhile written again, within about a second of the server answering;
 a 429's Retry-After is honoured up to RETRY_AFTER_CAP) and is logged in one line, at most once per
-FAILURE_LOG_INTERVAL_S with a count of the rest; the first success after failures says so.
+FAILURE_LOG_INTERVAL_S for each kind of failure (refused, timed out, 500, 429...) with a count of the rest;
+the first success after failures says so.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class SliceWatch:
         self._failures += 1
         delay = retry_delay(backoff, err)
         self._log.warning(
-            "watch",
+            f"watch-{getattr(err, 'kind', type(err).__name__)}",  # one line per kind of failure
             "cannot watch the ResourceSlices of pool %s: %s; retrying in %.1fs",
             self.api.node_name,
             describe(err),
