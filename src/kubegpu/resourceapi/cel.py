@@ -410,7 +410,7 @@ class DeviceActivation(Mapping[str, Any]):
     on it. A selector that reads only named attributes and capacities finds its remembered answer from
     `plain()` values instead (a cluster repeats the same GPU model: most devices never need their map)."""
 
-    __slots__ = ("_attributes", "_capacity", "_device", "driver")
+    __slots__ = ("_attributes", "_capacity", "_device", "answers", "driver")
 
     def __init__(
         self,
@@ -419,16 +419,21 @@ class DeviceActivation(Mapping[str, Any]):
         capacity: Mapping[str, Mapping[str, Any]],
     ) -> None:
         for name, value in attributes.items():  # a value CEL cannot take fails now, whatever reads it
-            try:
-                kind, _ = _plain_value(value)
-                if kind == "version":
-                    _attribute_value(value)
-            except CelError as err:
-                raise CelError(f"attribute {name}: {err}") from None
+            if "int" in value:
+                if type(value["int"]) is not int:
+                    int(value["int"])  # as _plain_value converts it (and fails)
+            elif "bool" in value or "string" in value:
+                pass
+            else:
+                try:
+                    _attribute_value(value)  # a version (parsed once per distinct text), or unsupported
+                except CelError as err:
+                    raise CelError(f"attribute {name}: {err}") from None
         self.driver = driver
         self._attributes = attributes
         self._capacity = capacity
         self._device: celtypes.MapType | None = None
+        self.answers: dict[str, bool | str] = {}  # each selector's answer (or error) for this device
 
     @property
     def device(self) -> celtypes.MapType:
@@ -671,6 +676,20 @@ class Selector:
 
     def matches(self, activation: Mapping[str, Any]) -> bool:
         """True/False, or CelError for an evaluation error or a non-bool result (allocation aborts)."""
+        if isinstance(activation, DeviceActivation):  # explain and the allocator ask about the same device
+            answer = activation.answers.get(self.expression)
+            if answer is None:
+                try:
+                    answer = self._matches(activation)
+                except CelError as err:
+                    answer = str(err)
+                activation.answers[self.expression] = answer
+            if isinstance(answer, str):
+                raise CelError(answer)
+            return answer
+        return self._matches(activation)
+
+    def _matches(self, activation: Mapping[str, Any]) -> bool:
         key = self._key(activation)
         if key is not None and key in self._memo:
             known = self._memo[key]
