@@ -41,16 +41,9 @@ class FaultyApi:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def write_kubeconfig(self, path: Path) -> None:
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "sim", "cluster": {"server": self.url}}],
-            "users": [{"name": "sim", "user": {"token": "sim-token"}}],
-            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
-            "current-context": "sim",
-        }
-        path.write_text(json.dumps(config))
+    def point_kubeconfig(self, path: Path, api_url: str) -> None:
+        """Make the kubeconfig at `path` (the simulated server's) name this proxy instead."""
+        path.write_text(path.read_text().replace(api_url, self.url))
 
     def set(self, mode: str) -> None:
         assert mode == "pass" or mode in FAULTS, mode

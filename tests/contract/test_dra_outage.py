@@ -60,7 +60,7 @@ async def test_a_slice_deleted_while_the_api_server_refused_connections_is_back_
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_a_slice_deleted_while_the_api_server_hung_or_failed_is_back_within_2s(fault: str) -> None:
     async with DraNode("t4-pcie") as node, FaultyApi(node.api.port) as faulty:
-        faulty.write_kubeconfig(node.kubeconfig)
+        faulty.point_kubeconfig(node.kubeconfig, node.api.url)
         back_after, log = await outage(
             node, lambda: faulty.set(fault), lambda: faulty.set("pass"), seconds=4.0
         )

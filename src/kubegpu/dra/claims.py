@@ -19,7 +19,7 @@ from kubegpu.dra.slices import GROUP, pick_version
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = (5.0, 20.0)  # connect, read: well inside the kubelet's 45 s per call
-THROTTLE_BUDGET = 5.0  # seconds of the server's Retry-After a GET may wait out before it answers an error
+THROTTLE_BUDGET = 2.0  # seconds of the server's Retry-After a GET may wait out before it answers an error
 RETRY = "the kubelet will retry"
 
 
