@@ -15,8 +15,7 @@ What `k8s.io/dynamic-resource-allocation/resourceslice`'s controller does for a 
 - the pool is compared by content: a restarted driver that finds it as it wants it writes nothing;
 - a 404 makes it ask again which version the server serves (a downgrade removes v1);
 - device taints are published when the server keeps them (checked once with a dry-run create before the
-  first tainted device goes out); a server without DRADeviceTaints would drop the taint and show a broken
-  GPU as healthy, so there a tainted device is left out of the slice instead;
+  first tainted device goes out); elsewhere a tainted device is left out of the slice (`slice_taints`);
 - every failure is logged in one line (at most one every 30 s, with a count of the rest) and retried after
   a back-off capped at a second (a 429's Retry-After is honoured up to 10 s), so a pool deleted during an
   outage is back within about a second of the API server answering again.
@@ -46,6 +45,7 @@ from kubegpu.dra.api_errors import ApiStatusError
 from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.slice_api import HTTP_CONFLICT, HTTP_NOT_FOUND, SliceApi, describe
 from kubegpu.dra.slice_cache import SliceCache
+from kubegpu.dra.slice_taints import TaintSupport
 from kubegpu.dra.slice_watch import FAILURE_LOG_INTERVAL_S, RETRIED, SliceWatch, outage_backoff, retry_delay
 from kubegpu.dra.slices import Device
 
@@ -86,7 +86,7 @@ class SlicePublisher:
         # State of the loop thread.
         self.version: str | None = None  # the resource.k8s.io version in use
         self._rediscover = False
-        self.taints_served: bool | None = None  # None: not known yet
+        self._taints = TaintSupport()
         self._node_uid: str | None = None
         self._slices = SliceCache()
         self._last_chunks: list[list[Device]] | None = None  # what the last write published
@@ -94,7 +94,6 @@ class SlicePublisher:
         self._last_fix = -foreign_edit_delay  # when someone else's change was last undone
         self._fix_timer: asyncio.TimerHandle | None = None  # the pass that undoes it, when it must wait
         self._generation = 0
-        self._left_out: tuple[str, ...] = ()
         self._watch: SliceWatch | None = None
         self._log = LogThrottle(log, interval_s=FAILURE_LOG_INTERVAL_S)
         self._failures = 0  # failed passes since the last good one
@@ -108,6 +107,11 @@ class SlicePublisher:
     def published_generation(self) -> int:
         """The pool generation of the last complete publication (0: none yet)."""
         return self._generation
+
+    @property
+    def taints_served(self) -> bool | None:
+        """Whether the API server keeps device taints (None: not known yet)."""
+        return self._taints.served
 
     @property
     def field_selector(self) -> str:
@@ -222,19 +226,12 @@ class SlicePublisher:
 
     async def _publishable(self, devices: list[Device]) -> list[Device]:
         """The devices this server can take: tainted ones only when it keeps taints."""
-        if any(d.get("taints") for d in devices) and self.taints_served is None:
+        if self._taints.must_probe(devices):
             if await asyncio.to_thread(self._probe_taints, devices):
-                self.taints_served = True
+                self._taints.served = True
             else:
-                self._taints_dropped()
-        if self.taints_served is not False:
-            return devices
-        kept, left_out = slices.without_taints(devices)
-        if tuple(left_out) != self._left_out:
-            self._left_out = tuple(left_out)
-            if left_out:
-                log.info("left out of the ResourceSlices while tainted: %s", ", ".join(left_out))
-        return kept
+                self._taints.dropped()
+        return self._taints.publishable(devices)
 
     def _probe_taints(self, devices: list[Device]) -> bool:
         """A dry-run create with one tainted device: does the server keep its taints?"""
@@ -265,10 +262,8 @@ class SlicePublisher:
             len(chunks),
         )
 
-    def _new_body(
-        self, devices: list[Device], *, generation: int, count: int, node_uid: str
-    ) -> dict[str, Any]:
-        spec = slices.spec(
+    def _spec(self, devices: list[Device], generation: int, count: int) -> dict[str, Any]:
+        return slices.spec(
             driver=self.driver_name,
             node_name=self.node_name,
             generation=generation,
@@ -276,6 +271,11 @@ class SlicePublisher:
             devices=devices,
             version=self._v,
         )
+
+    def _new_body(
+        self, devices: list[Device], *, generation: int, count: int, node_uid: str
+    ) -> dict[str, Any]:
+        spec = self._spec(devices, generation, count)
         return slices.new_slice(
             driver=self.driver_name,
             node_name=self.node_name,
@@ -292,14 +292,8 @@ class SlicePublisher:
 
     def _replace(self, current: dict[str, Any], devices: list[Device], generation: int, count: int) -> None:
         body = {**current, "apiVersion": f"{slices.GROUP}/{self._v}", "kind": slices.KIND}
-        body["spec"] = slices.spec(
-            driver=self.driver_name,
-            node_name=self.node_name,
-            generation=generation,
-            count=count,
-            devices=slices.carry_taint_times(devices, self._slices.known_devices(self._v)),
-            version=self._v,
-        )
+        sent = slices.carry_taint_times(devices, self._slices.known_devices(self._v))
+        body["spec"] = self._spec(sent, generation, count)
         name = slices.name_of(current)
         try:
             got = self.api.replace(self._v, name, body)
@@ -316,21 +310,8 @@ class SlicePublisher:
         self._call_in_loop(self._slices.gone, name)
 
     def _wrote(self, obj: dict[str, Any], devices: list[Device]) -> None:
-        if self.taints_served is not False and slices.dropped_taints(
-            devices, slices.devices_of(obj, self._v)
-        ):
-            # The server stopped keeping taints (a downgrade, the gate turned off): the next pass sees the
-            # slice differ from what it wants and writes it again without the tainted devices.
-            self._taints_dropped()
+        self._taints.written(devices, slices.devices_of(obj, self._v))
         self._call_in_loop(self._slices.wrote, obj)
-
-    def _taints_dropped(self) -> None:
-        self.taints_served = False
-        log.warning(
-            "the API server drops device taints (feature gate DRADeviceTaints is off): unhealthy devices are "
-            "left out of the ResourceSlices instead of being tainted; enable the gate on the API server and "
-            "scheduler to keep them listed with their taint"
-        )
 
     # ---- what the watch reports (loop thread) ---------------------------------------------------------
 
