@@ -46,6 +46,13 @@ def test_an_interim_100_is_skipped_and_a_body_without_length_ends_with_the_conne
     assert conn.read_body(head, 100) == b'{"a": 1}'
 
 
+def test_a_204_has_no_body_and_keeps_the_connection() -> None:
+    conn = served(b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    head = conn.read_head()
+    assert (head.status, head.keeps_alive, conn.read_body(head, 100)) == (204, True, b"")
+    assert conn.read_body(conn.read_head(), 100) == b"{}"
+
+
 def test_connection_close_is_not_kept_alive() -> None:
     head = served(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").read_head()
     assert not head.keeps_alive

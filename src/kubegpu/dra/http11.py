@@ -46,7 +46,8 @@ class Head:
         connection = (self.headers.get("connection") or "").lower()
         if self.version == "HTTP/1.0":
             return "keep-alive" in connection
-        return "close" not in connection and (self.chunked or "content-length" in self.headers)
+        delimited = self.chunked or "content-length" in self.headers or self.status in (204, 304)
+        return "close" not in connection and delimited
 
 
 def request_bytes(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
@@ -74,6 +75,8 @@ class Connection:
                 return head  # an interim 1xx answer is followed by the real one
 
     def read_body(self, head: Head, limit: int) -> bytes:
+        if head.status in (204, 304):
+            return b""  # no body, whatever the headers say (RFC 9112 6.3)
         if head.chunked:
             parts, size = [], 0
             for chunk in self._chunks():
