@@ -133,6 +133,17 @@ def test_ca_and_client_data_are_base64(tmp_path: Path) -> None:
             "regenerate it",
         ),
         (
+            {
+                "contexts": [{"name": "ctx", "context": {"cluster": "c"}}],
+                "clusters": [
+                    {"name": "c", "cluster": {"server": "https://k", "proxy-url": "http://proxy:3128"}}
+                ],
+            },
+            "ctx",
+            "kubeconfig {path}, context 'ctx': cluster 'c' sets proxy-url, which the DRA driver does not "
+            "support; reach the API server directly (the driver runs on the cluster's nodes)",
+        ),
+        (
             {"clusters": [{"cluster": {"server": "https://k"}}]},
             "ctx",
             "invalid kubeconfig {path}: every entry of clusters needs a name and a cluster mapping",

@@ -8,7 +8,8 @@ relative to the file that holds them; `*-data` fields are base64. The files are 
 
 Authentication, as client-go does it: a bearer token (`token`, else `tokenFile`, which is read again every
 minute so rotated tokens are picked up), client certificates, basic auth. Exec plugins and auth providers
-run code on the node and are not supported: the error says so and names what to use instead. In a pod (an
+run code on the node and are not supported, nor is a cluster's proxy-url: the error says so and names what
+to use instead. In a pod (an
 empty --kubeconfig): KUBERNETES_SERVICE_HOST/PORT, the service account's token (read again every minute: it
 is a projected token that the kubelet rotates) and its CA.
 """
@@ -100,6 +101,11 @@ def kubeconfig_access(paths: str) -> ApiAccess:
     server = str(cluster.value.get("server") or "").rstrip("/")
     if not server:
         raise KubeconfigError(f"{where}: cluster {cluster_name!r} has no server")
+    if cluster.value.get("proxy-url"):
+        raise KubeconfigError(
+            f"{where}: cluster {cluster_name!r} sets proxy-url, which the DRA driver does not support; "
+            "reach the API server directly (the driver runs on the cluster's nodes)"
+        )
     user = merged.users.get(user_name) if user_name else None
     user_fields: dict[str, Any] = {}
     if user is not None:
