@@ -26,7 +26,10 @@ class ListingReader(Reader):
 
     def on_node(self, pool: str) -> dict[str, dict[str, Any]]:
         if self.down:
-            raise ApiUnavailable("cannot list the resourceclaims: the API server refused the connection")
+            raise ApiUnavailable(
+                "cannot list the resourceclaims: the API server refused the connection (is it down?)",
+                "connection",
+            )
         return {o["metadata"]["uid"]: o for o in self.objects.values()}
 
 

@@ -25,18 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-from kubernetes import client
 
 from kubegpu.allocation.cdi import CdiOptions
 from kubegpu.allocation.resources import parse_mig_minors
 from kubegpu.common.backoff import Backoff
-from kubegpu.dra.api_errors import count_api_errors
 from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
 from kubegpu.dra.devices import DraDevice, device_entries, device_table
 from kubegpu.dra.events import DriverEvents, NoMetrics
 from kubegpu.dra.health_stream import HEALTH_NAMES, DraHealthService, HealthBroadcast, health_reports
+from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.metered import MeteredPreparer
 from kubegpu.dra.metrics_server import MetricsServer
 from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
@@ -88,12 +87,12 @@ class DraDaemon:
         settings: DraSettings,
         nvml: NvmlBackend,
         health: HealthSettings,
-        api_client: client.ApiClient,
+        api: KubeClient,
     ) -> None:
         self.settings = settings
         self.nvml = nvml
         self.health = health
-        self.api_client = api_client
+        self.api = api
         self.faults = FaultBook()  # outlives every health thread
         self.base = Inventory()
         self.published: list[dict[str, Any]] | None = None
@@ -154,7 +153,7 @@ class DraDaemon:
             specs = ClaimSpecs(s.cdi_root, s.driver_name, CdiOptions(mig_minors=_mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
-            reader = ClaimReader(self.api_client, s.driver_name, s.api_timeout)
+            reader = ClaimReader(self.api, s.driver_name, s.api_timeout)
             preparer = MeteredPreparer(
                 self.events,
                 driver_name=s.driver_name,
@@ -176,12 +175,7 @@ class DraDaemon:
             )
             self._install_signals()
             await servers.start()
-            # The client's API classes take seconds to import: in a thread, so that GetInfo (1 s budget) and
-            # Prepare are answered meanwhile.
-            publisher = await asyncio.to_thread(
-                SlicePublisher, self.api_client, driver_name=s.driver_name, node_name=s.node_name
-            )
-            await asyncio.to_thread(reader.warm)
+            publisher = SlicePublisher(self.api, driver_name=s.driver_name, node_name=s.node_name)
             self._publish(publisher)
             tasks = [
                 asyncio.create_task(self._supervised("slice publisher", publisher.run), name="publisher"),
@@ -226,7 +220,7 @@ class DraDaemon:
                 "(HTTP_ENDPOINT) to a free [host]:port, or leave it empty to serve none"
             ) from None
         self.events = metrics
-        count_api_errors(self.api_client, metrics)
+        self.api.on_error = metrics.api_error
         server.start()
         return server
 
