@@ -8,7 +8,7 @@ request unchanged on the same method name: the floor for any Python gRPC call of
 
 - Prepare of a prepared claim (what the kubelet sends after it restarted): the checkpoint answers.
 - Prepare of a new claim, then its Unprepare (timed apart): the claim GET from the API server through the
-  official client, two durable checkpoint writes and the claim's CDI spec written atomically (fsync).
+  driver's light client, two durable checkpoint writes and the claim's CDI spec written atomically (fsync).
 
 RSS: the driver's, after publishing and after the calls (psutil), against a bare Python process serving a
 grpc.aio server on a unix socket (as in bench/rss.py). The driver here runs on the fake NVML and reads a

@@ -226,8 +226,16 @@ CLAIMS = "/resourceclaims/"
 FAULTS = {
     "refused": (None, "the API server refused the connection (is it down?)"),
     "hangs": (Fault(hang_s=3.0, path_contains=CLAIMS), "the API server did not answer within 1 s"),
-    "500": (Fault(status=500, path_contains=CLAIMS), "the API server answered 500 Internal Server Error"),
-    "429": (Fault(status=429, path_contains=CLAIMS), "the API server answered 429 Too Many Requests"),
+    "500": (
+        Fault(status=500, path_contains=CLAIMS),
+        'the API server answered 500 Internal Server Error: an error on the server ("injected") has '
+        "prevented the request from succeeding",
+    ),
+    "429": (
+        Fault(status=429, path_contains=CLAIMS),
+        "the API server answered 429 Too Many Requests: the server has received too many requests and has "
+        "asked us to try again later",
+    ),
 }
 
 

@@ -54,7 +54,7 @@ async def test_a_slice_deleted_while_the_api_server_refused_connections_is_back_
         back_after, log = await outage(node, node.api.stop, node.api.start, seconds=8.0)
     assert back_after <= BACK_WITHIN_S, log
     assert_quiet(log)
-    assert "connection refused; retrying in" in log
+    assert "the API server refused the connection (is it down?); retrying in" in log
 
 
 @pytest.mark.parametrize("fault", FAULTS)

@@ -94,4 +94,3 @@ def test_a_server_that_does_not_answer_is_a_timeout() -> None:
         with pytest.raises(ApiTimeout):
             api.request("GET", "/api", timeout=(1.0, 0.2))
     assert kinds == ["timeout"]
-

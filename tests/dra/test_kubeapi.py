@@ -1,10 +1,13 @@
 """The DRA driver's light API client against a scripted server on a real socket: kept-alive connections,
 each failure as its typed error with its text, Retry-After within the caller's budget, bearer tokens and
-basic auth, TLS with the cluster's CA, client certificates and tls-server-name, and watch streams."""
+basic auth, TLS with the cluster's CA, client certificates and tls-server-name, and watch streams; any
+bytes a broken server sends end as an answer or an ApiError, nothing else."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import itertools
 import json
 import socket
 import socketserver
@@ -16,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kubegpu.dra.api_errors import (
     ApiBadResponse,
+    ApiError,
     ApiServerError,
     ApiStatusError,
     ApiThrottled,
@@ -52,15 +58,27 @@ def answer(
     return act
 
 
-def chunked(*chunks: bytes, then_hang: float = 0.0) -> Action:
+def chunked(*chunks: bytes, then_hang: float = 0.0, close: bool = False) -> Action:
     def act(conn: socket.socket) -> bool:
         conn.sendall(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            + (b"Connection: close\r\n" if close else b"")
+            + b"\r\n"
         )
         for chunk in chunks:
             conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         time.sleep(then_hang)
         conn.sendall(b"0\r\n\r\n")
+        return False
+
+    return act
+
+
+def raw(data: bytes) -> Action:
+    """Whatever bytes, then the connection closes."""
+
+    def act(conn: socket.socket) -> bool:
+        conn.sendall(data)
         return False
 
     return act
@@ -203,7 +221,7 @@ def test_a_connection_closed_without_an_answer_is_unreachable(script: Callable[.
     server = script(hang_up)
     with pytest.raises(ApiUnreachable) as err:
         client_for(server).request("GET", "/api")
-    assert str(err.value).endswith(": the server closed the connection without answering")
+    assert str(err.value) == "the API server closed the connection without answering"
 
 
 def test_a_500_is_a_server_error_with_the_status_message(script: Callable[..., Scripted]) -> None:
@@ -294,17 +312,25 @@ def test_basic_auth(script: Callable[..., Scripted]) -> None:
     assert server.requests[0][1]["authorization"] == "Basic " + base64.b64encode(b"admin:s3cret").decode()
 
 
-def test_a_watch_streams_lines_as_they_come_and_can_be_ended(script: Callable[..., Scripted]) -> None:
+@pytest.mark.parametrize("close", [False, True], ids=["kept-alive", "connection-close"])
+def test_a_watch_streams_lines_as_they_come_and_can_be_ended(
+    script: Callable[..., Scripted], close: bool
+) -> None:
+    # With "Connection: close" http.client lets go of the socket as soon as the head is read: ending the
+    # stream must still reach it (the publisher ends its watch to list again in another version).
     event = b'{"type": "ADDED", "object": {"metadata": {"name": "s"}}}\n'
-    server = script(chunked(event[:10], event[10:] + event, then_hang=30.0))
-    stream = client_for(server).stream("/watch", {"watch": "true"}, (1.0, 60.0))
+    server = script(chunked(event[:10], event[10:] + event, then_hang=30.0, close=close))
+    kinds: list[str] = []
+    api = KubeClient(ApiAccess(server=f"http://127.0.0.1:{server.port}"), on_error=kinds.append)
+    stream = api.stream("/watch", {"watch": "true"}, (1.0, 60.0))
     lines = stream.lines()
     assert [next(lines), next(lines)] == [event, event]
     threading.Timer(0.2, stream.end).start()
     started = time.monotonic()
-    with pytest.raises((ApiUnreachable, StopIteration)):
+    with pytest.raises(StopIteration):  # an end asked for is the stream's end, not a failed call
         next(lines)
     assert time.monotonic() - started < 5.0
+    assert kinds == []
     stream.close()
 
 
@@ -369,3 +395,121 @@ def test_unusable_tls_files_fail_at_start_with_the_source() -> None:
     with pytest.raises(KubeconfigError) as err:
         KubeClient(ApiAccess(server="ftp://10.0.0.1", source="kubeconfig k, context 'c'"))
     assert str(err.value) == "kubeconfig k, context 'c': server 'ftp://10.0.0.1' is not an http(s) URL"
+
+
+def test_a_204_has_no_body_and_keeps_the_connection(script: Callable[..., Scripted]) -> None:
+    def no_content(conn: socket.socket) -> bool:
+        conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+        return True
+
+    server = script(no_content, answer(200, {"n": 2}))
+    api = client_for(server)
+    assert api.request("DELETE", "/a") is None
+    assert api.request("GET", "/b") == {"n": 2}
+    assert server.connections == 1
+
+
+def test_connection_close_and_http_1_0_are_not_kept_alive(script: Callable[..., Scripted]) -> None:
+    server = script(
+        answer(200, {"n": 1}, headers={"Connection": "close"}),
+        raw(b'HTTP/1.0 200 OK\r\n\r\n{"n": 2}'),  # no length: the body ends with the connection
+        answer(200, {"n": 3}),
+    )
+    api = client_for(server)
+    assert [api.request("GET", "/") for _ in range(3)] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert server.connections == 3
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"", "the API server closed the connection without answering"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{}", "the connection to the API server was lost"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "the connection to the API server was lost",
+        ),
+        (
+            b"SSH-2.0-OpenSSH\r\n",
+            "cannot reach the API server at {url}: its answer is not HTTP/1.1 "
+            "(BadStatusLine: SSH-2.0-OpenSSH)",
+        ),
+        (
+            b"HTTP/1.1 \xb2\xb2\xb2 OK\r\n\r\n",
+            "cannot reach the API server at {url}: its answer is not HTTP/1.1 "
+            "(BadStatusLine: HTTP/1.1 \xb2\xb2\xb2 OK)",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 + b"\r\n\r\n",
+            "cannot reach the API server at {url}: its answer is not HTTP/1.1 (LineTooLong: got more than "
+            "65536 bytes when reading header line)",
+        ),
+    ],
+)
+def test_broken_answers_name_what_is_wrong(script: Callable[..., Scripted], data: bytes, error: str) -> None:
+    server = script(raw(data))
+    api = client_for(server)
+    with pytest.raises(ApiUnreachable) as err:
+        api.request("GET", "/")
+    assert str(err.value) == error.format(url=api.server)
+
+
+def test_an_answer_over_the_size_limit_is_refused(
+    script: Callable[..., Scripted], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("kubegpu.dra.kubeapi.MAX_BODY", 100)
+    server = script(answer(200, {"a": "x" * 200}))
+    api = client_for(server)
+    with pytest.raises(ApiUnreachable) as err:
+        api.request("GET", "/")
+    assert (
+        str(err.value) == f"cannot reach the API server at {api.server}: the answer is larger than 100 bytes"
+    )
+
+
+@pytest.fixture(scope="module")
+def one_server() -> Iterator[Scripted]:
+    server = Scripted()
+    yield server
+    server.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"") + b"\n"), max_size=12),
+    cuts=st.lists(st.integers(min_value=0, max_value=800), max_size=10),
+)
+def test_watch_lines_come_out_whole_however_the_chunks_cut_them(
+    one_server: Scripted, lines: list[bytes], cuts: list[int]
+) -> None:
+    body = b"".join(lines)
+    points = sorted({c % (len(body) + 1) for c in cuts} | {0, len(body)})
+    one_server.actions[:] = [chunked(*(body[a:b] for a, b in itertools.pairwise(points) if b > a))]
+    stream = client_for(one_server).stream("/watch", {"watch": "true"}, (1.0, 5.0))
+    try:
+        assert list(stream.lines()) == lines
+    finally:
+        stream.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.binary(max_size=300)
+    | st.builds(lambda tail: b"HTTP/1.1 200 OK\r\n" + tail, st.binary(max_size=300))
+)
+def test_any_bytes_from_the_server_are_an_answer_or_an_api_error(one_server: Scripted, data: bytes) -> None:
+    one_server.actions[:] = [raw(data)]
+    api = client_for(one_server)
+    with contextlib.suppress(ApiError):
+        api.request("GET", "/", timeout=(1.0, 2.0))
+    one_server.actions[:] = [raw(data)]
+    try:
+        stream = api.stream("/watch", None, (1.0, 2.0))
+    except ApiError:
+        return
+    try:
+        list(stream.lines())
+    except ApiError:
+        pass
+    finally:
+        stream.close()

@@ -59,7 +59,6 @@ class ApiStatusError(ApiError):
         return self.details.get("kind") == kind and self.details.get("name") == name
 
 
-
 class ApiThrottled(ApiStatusError):
     kind = "too_many_requests"
 

@@ -108,9 +108,9 @@ class ClaimReader:
             self.version = None
         return ApiUnavailable(f"cannot {doing}: {err}; {RETRY}", err.kind)
 
-    def _served_version(self) -> str:
+    def _served_version(self, doing: str) -> str:
+        """The resource.k8s.io version to read, asked once; errors say they failed `doing` (the caller's)."""
         if self.version is None:
-            doing = f"read the {GROUP} API group"
             try:
                 group = self._get(f"/apis/{GROUP}", doing)
             except ApiStatusError as err:
@@ -120,7 +120,8 @@ class ClaimReader:
             version = pick_version(served)
             if version is None:
                 raise ApiUnavailable(
-                    f"the API server serves no resource.k8s.io version this driver reads ({served}); {RETRY}",
+                    f"cannot {doing}: the API server serves no resource.k8s.io version this driver reads "
+                    f"({served}); {RETRY}",
                     "other",
                 )
             self.version = version
@@ -130,7 +131,7 @@ class ClaimReader:
         """The claim as allocated for this driver; ClaimError naming what is wrong. Blocking: use a thread."""
         what = f"claim {plain_id(namespace)}/{plain_id(name)}"
         path = (
-            f"/apis/{GROUP}/{self._served_version()}/namespaces/{quote(namespace, safe='')}"
+            f"/apis/{GROUP}/{self._served_version(f'read {what}')}/namespaces/{quote(namespace, safe='')}"
             f"/resourceclaims/{quote(name, safe='')}"
         )
         try:
@@ -149,7 +150,7 @@ class ClaimReader:
         Blocking: use a thread."""
         doing = "list the resourceclaims"
         try:
-            listed = self._get(f"/apis/{GROUP}/{self._served_version()}/resourceclaims", doing)
+            listed = self._get(f"/apis/{GROUP}/{self._served_version(doing)}/resourceclaims", doing)
         except ApiStatusError as err:
             raise self._status_failed(doing, err) from None
         items = listed.get("items") if isinstance(listed, dict) else None

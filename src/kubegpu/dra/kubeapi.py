@@ -1,4 +1,4 @@
-"""The few Kubernetes API calls the DRA driver makes, over HTTP(S) with the standard library.
+"""The few Kubernetes API calls the DRA driver makes, over HTTP(S) with the standard library's `http.client`.
 
 The official `kubernetes` client's models and API classes cost the driver about 25 MB of resident memory (it
 was 2.66x a bare grpc.aio server) for calls that need none of them: the driver reads and writes plain JSON
@@ -6,7 +6,7 @@ in whichever resource.k8s.io version the server serves. This client does what th
 
 - keep-alive connections, reused one call at a time; an idle one the server closed is dropped before use,
   never retried after its request went out (a create must not be sent twice);
-- a connect and a read timeout per call;
+- a connect and a read timeout per call, and answers read up to a size limit;
 - typed errors whose text says what failed (`api_errors`), each failed call reported to `on_error` by
   kind (the driver's metrics);
 - 429, and 5xx with a Retry-After (client-go's rule), are tried again after the server's Retry-After when
@@ -18,6 +18,8 @@ in whichever resource.k8s.io version the server serves. This client does what th
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import json
 import select
 import socket
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
+from kubegpu.common.quoting import plain_id
 from kubegpu.dra.api_errors import (
     ApiBadResponse,
     ApiError,
@@ -40,7 +43,6 @@ from kubegpu.dra.api_errors import (
     failure_kind,
     status_error,
 )
-from kubegpu.dra.http11 import Connection, Head, HttpError, request_bytes
 from kubegpu.settings.kubeaccess import ApiAccess
 from kubegpu.settings.kubeconfig import KubeconfigError
 
@@ -49,8 +51,43 @@ DEFAULT_TIMEOUT: Timeout = (10.0, 30.0)
 TOKEN_REREAD_S = 60.0  # client-go's cachingTokenSource
 MAX_BODY = 64 * 1024 * 1024  # one answer (a list of a node's slices is far smaller)
 MAX_EVENT = 16 * 1024 * 1024  # one watch event; the API server stores objects up to 1.5 MiB
+MAX_ERROR_BODY = 64 * 1024  # an error status's body: its Status message is all that is read from it
 MAX_IDLE = 4
 E = TypeVar("E", bound=BaseException)
+
+
+class TooLarge(http.client.HTTPException):
+    """An answer (or a watch event) over its size limit."""
+
+
+class _Connection(http.client.HTTPConnection):
+    """One connection to the API server: TCP, then TLS when the server is https, within the connect
+    timeout; every read after that within the call's read timeout."""
+
+    def __init__(
+        self, host: str, port: int, timeout: Timeout, tls: ssl.SSLContext | None, tls_name: str
+    ) -> None:
+        super().__init__(host, port, timeout=timeout[0])
+        self._read_timeout = timeout[1]
+        self._tls, self._tls_name = tls, tls_name
+
+    def connect(self) -> None:
+        # The host as bytes: resolving a str would load the idna codec (and unicodedata) for nothing.
+        host: Any = self.host.encode() if self.host.isascii() else self.host
+        sock = socket.create_connection((host, self.port), self.timeout)
+        try:
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_hostname=self._tls_name)
+            sock.settimeout(self._read_timeout)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+    def read_timeout(self, seconds: float) -> None:
+        self._read_timeout = seconds
+        if self.sock is not None:
+            self.sock.settimeout(seconds)
 
 
 class KubeClient:
@@ -76,7 +113,7 @@ class KubeClient:
         self._tls = _tls_context(access) if url.scheme == "https" else None
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
-        self._idle: list[Connection] = []
+        self._idle: list[_Connection] = []
         self._token = access.token
         self._token_read_at: float | None = None
         # Each failed call by kind (`api_errors.failure_kind`); the daemon points it at its metrics.
@@ -100,38 +137,40 @@ class KubeClient:
         waited = 0.0
         while True:
             try:
-                head, data = self._exchange(method, self._target(path, query), payload, timeout)
-            except ApiError as err:
-                raise self.counted(err) from None
-            if head.status < 400:
+                status, reason, retry_after, data = self._exchange(
+                    method, self._target(path, query), payload, timeout
+                )
+            except ApiError as failed:
+                raise self.counted(failed) from None
+            if status < 400:
                 try:
                     return json.loads(data) if data else None
                 except ValueError:
                     raise self.counted(
                         ApiBadResponse(f"the API server's answer to {method} {path} is not JSON")
                     ) from None
-            retry_after = _retry_after(head)
-            err = self.counted(status_error(head.status, head.reason, data, retry_after))
-            retry = isinstance(err, ApiThrottled | ApiServerError) and retry_after is not None
+            answered = self.counted(status_error(status, reason, data, retry_after))
+            retry = isinstance(answered, ApiThrottled | ApiServerError) and retry_after is not None
             if retry and retry_after is not None and waited + retry_after <= throttle_budget:
                 self._sleep(retry_after)
                 waited += retry_after
                 continue
-            raise err
+            raise answered
 
     def stream(self, path: str, query: Mapping[str, str] | None, timeout: Timeout) -> WatchStream:
         """A watch: the response's lines as they come, on a connection of its own."""
-        conn = self._connect(timeout)
+        conn = self._new_connection(timeout)
         try:
-            conn.send(self._request_bytes("GET", self._target(path, query), None))
-            head = conn.read_head()
-            if head.status >= 400:
-                data = conn.read_body(head, 64 * 1024)
-                raise status_error(head.status, head.reason, data, _retry_after(head))
+            self._connect(conn, timeout)
+            sock = conn.sock  # http.client lets go of it once an answer says the connection will close
+            response = self._send(conn, "GET", self._target(path, query), None, timeout)
+            if response.status >= 400:
+                data = _read_limited(response, MAX_ERROR_BODY)
+                raise status_error(response.status, response.reason, data, _retry_after(response))
         except BaseException as err:
             conn.close()
             raise self.counted(self.api_error(err, timeout)) from None
-        return WatchStream(conn, head, self, timeout)
+        return WatchStream(conn, sock, response, self, timeout)
 
     def counted(self, err: E) -> E:
         """`err`, reported to `on_error` when it is a failed call (not the API's verdict, such as a 404)."""
@@ -151,8 +190,8 @@ class KubeClient:
     def _target(self, path: str, query: Mapping[str, str] | None) -> str:
         return self._prefix + path + ("?" + urlencode(query) if query else "")
 
-    def _request_bytes(self, method: str, target: str, payload: bytes | None) -> bytes:
-        headers = {"Accept": "application/json", "User-Agent": "kubegpu-dra"}
+    def _headers(self, payload: bytes | None) -> dict[str, str]:
+        headers = {"Host": self._host_header, "Accept": "application/json", "User-Agent": "kubegpu-dra"}
         token = self._current_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -161,24 +200,31 @@ class KubeClient:
             headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
         if payload is not None:
             headers["Content-Type"] = "application/json"
-        return request_bytes(method, target, self._host_header, headers, payload)
+        return headers
+
+    def _send(
+        self, conn: _Connection, method: str, target: str, payload: bytes | None, timeout: Timeout
+    ) -> http.client.HTTPResponse:
+        conn.request(method, target, body=payload, headers=self._headers(payload))
+        return conn.getresponse()
 
     def _exchange(
         self, method: str, target: str, payload: bytes | None, timeout: Timeout
-    ) -> tuple[Head, bytes]:
+    ) -> tuple[int, str, float | None, bytes]:
+        """One request on a kept-alive connection (or a new one): status, reason, Retry-After, body."""
         conn = self._take(timeout)
         try:
-            conn.send(self._request_bytes(method, target, payload))
-            head = conn.read_head()
-            data = conn.read_body(head, MAX_BODY)
+            response = self._send(conn, method, target, payload, timeout)
+            limit = MAX_BODY if response.status < 400 else MAX_ERROR_BODY
+            data = _read_limited(response, limit)
         except BaseException as err:
             conn.close()
             raise self.api_error(err, timeout) from None
-        if head.keeps_alive:
-            self._give_back(conn)
+        if response.will_close or not response.isclosed():
+            conn.close()  # the server closes it, or an error body was left unread
         else:
-            conn.close()
-        return head, data
+            self._give_back(conn)
+        return response.status, response.reason, _retry_after(response), data
 
     def _current_token(self) -> str:
         if self.access.token or not self.access.token_file:
@@ -196,39 +242,37 @@ class KubeClient:
                 self._token, self._token_read_at = token, now
         return self._token
 
-    def _take(self, timeout: Timeout) -> Connection:
+    def _take(self, timeout: Timeout) -> _Connection:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return self._connect(timeout)
-            if not _closed_by_peer(conn.sock):
-                conn.sock.settimeout(timeout[1])
+                conn = self._new_connection(timeout)
+                self._connect(conn, timeout)
+                return conn
+            if conn.sock is not None and not _closed_by_peer(conn.sock):
+                conn.read_timeout(timeout[1])
                 return conn
             conn.close()
 
-    def _give_back(self, conn: Connection) -> None:
+    def _give_back(self, conn: _Connection) -> None:
         with self._lock:
             if len(self._idle) < MAX_IDLE:
                 self._idle.append(conn)
                 return
         conn.close()
 
-    def _connect(self, timeout: Timeout) -> Connection:
-        # The host as bytes: resolving a str would load the idna codec (and unicodedata) for nothing.
-        host: Any = self._host.encode() if self._host.isascii() else self._host
+    def _new_connection(self, timeout: Timeout) -> _Connection:
+        return _Connection(
+            self._host, self._port, timeout, self._tls, self.access.tls_server_name or self._host
+        )
+
+    def _connect(self, conn: _Connection, timeout: Timeout) -> None:
         try:
-            sock = socket.create_connection((host, self._port), timeout[0])
+            conn.connect()
         except BaseException as err:
+            conn.close()
             raise self.api_error(err, timeout, connecting=True) from None
-        try:
-            if self._tls is not None:
-                sock = self._tls.wrap_socket(sock, server_hostname=self.access.tls_server_name or self._host)
-            sock.settimeout(timeout[1])
-        except BaseException as err:
-            sock.close()
-            raise self.api_error(err, timeout, connecting=True) from None
-        return Connection(sock)
 
     def api_error(self, err: BaseException, timeout: Timeout, *, connecting: bool = False) -> BaseException:
         """The ApiError for what a call raised (anything else, such as KeyboardInterrupt, as it is)."""
@@ -240,9 +284,11 @@ class KubeClient:
             return ApiTimeout(f"the API server did not answer within {timeout[1]:g} s")
         if isinstance(err, ConnectionRefusedError):
             return ApiUnreachable("the API server refused the connection (is it down?)")
-        if isinstance(err, ConnectionResetError | BrokenPipeError):
+        if isinstance(err, http.client.RemoteDisconnected):
+            return ApiUnreachable("the API server closed the connection without answering")
+        if isinstance(err, ConnectionResetError | BrokenPipeError | http.client.IncompleteRead):
             return ApiUnreachable("the connection to the API server was lost")
-        if isinstance(err, OSError | HttpError):
+        if isinstance(err, OSError | http.client.HTTPException):
             return ApiUnreachable(f"cannot reach the API server at {self.server}: {_reason(err)}")
         return err
 
@@ -250,25 +296,56 @@ class KubeClient:
 class WatchStream:
     """One watch response, read by one thread: `lines()`, then `close()`; `end()` from any thread stops it."""
 
-    def __init__(self, conn: Connection, head: Head, client: KubeClient, timeout: Timeout) -> None:
-        self._conn, self._head, self._client, self._timeout = conn, head, client, timeout
+    def __init__(
+        self,
+        conn: _Connection,
+        sock: socket.socket,
+        response: http.client.HTTPResponse,
+        client: KubeClient,
+        timeout: Timeout,
+    ) -> None:
+        self._conn, self._sock, self._response = conn, sock, response
+        self._client, self._timeout = client, timeout
+        self._ended = False
 
     def lines(self) -> Iterator[bytes]:
-        lines = self._conn.lines(self._head, MAX_EVENT)
+        """The body's lines as they arrive (each with its newline; the last one may lack it). An end asked
+        for by `end()` is the stream's end, not an error."""
         while True:
             try:
-                line = next(lines)
-            except StopIteration:
-                return
+                line = self._response.readline(MAX_EVENT + 1)
+                if len(line) > MAX_EVENT:
+                    raise TooLarge(f"a watch event is larger than {MAX_EVENT} bytes")
             except BaseException as err:
+                if self._ended:
+                    return
                 raise self._client.counted(self._client.api_error(err, self._timeout)) from None
+            if not line:
+                return
             yield line
 
     def end(self) -> None:
-        self._conn.shutdown()  # the reading thread's next read returns at once
+        self._ended = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # the reading thread's blocked read returns at once
 
     def close(self) -> None:
+        self._response.close()
         self._conn.close()
+        self._sock.close()
+
+
+def _read_limited(response: http.client.HTTPResponse, limit: int) -> bytes:
+    """The body, or TooLarge past `limit` bytes; IncompleteRead when the connection ends before a body of
+    announced length does. A body longer than the limit is left unread (its connection is not reused)."""
+    if response.length is not None:
+        if response.length > limit:
+            raise TooLarge(f"the answer is larger than {limit} bytes")
+        return response.read()
+    data = response.read(limit + 1)  # chunked, or to the end of the connection
+    if len(data) > limit:
+        raise TooLarge(f"the answer is larger than {limit} bytes")
+    return data
 
 
 def _tls_context(access: ApiAccess) -> ssl.SSLContext:
@@ -317,8 +394,8 @@ def _closed_by_peer(sock: socket.socket) -> bool:
     return bool(readable)
 
 
-def _retry_after(head: Head) -> float | None:
-    value = head.header("retry-after")
+def _retry_after(response: http.client.HTTPResponse) -> float | None:
+    value = response.getheader("retry-after")
     if value is None:
         return None
     try:
@@ -329,8 +406,10 @@ def _retry_after(head: Head) -> float | None:
 
 
 def _reason(err: BaseException) -> str:
-    if isinstance(err, HttpError):
+    if isinstance(err, TooLarge):
         return str(err)
+    if isinstance(err, http.client.HTTPException):
+        return f"its answer is not HTTP/1.1 ({type(err).__name__}: {plain_id(str(err).strip(), 80)})"
     if isinstance(err, ssl.SSLCertVerificationError):
         return f"TLS: {err.verify_message or err}"
     if isinstance(err, ConnectionRefusedError):
