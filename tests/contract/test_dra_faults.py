@@ -100,9 +100,9 @@ async def started(node: DraNode, times: int = 1) -> None:
     )
 
 
-async def with_a_running_claim(node: DraNode) -> str:
-    """Start the driver, let the kubelet run pod `job` with claim c1 (gpu-0); c1's UID."""
-    node.start_driver()
+async def with_a_running_claim(node: DraNode, *flags: str) -> str:
+    """Start the driver (with `flags`), let the kubelet run pod `job` with claim c1 (gpu-0); c1's UID."""
+    node.start_driver(*flags)
     await started(node)
     await node.wait_published(4)
     assert node.sim is not None

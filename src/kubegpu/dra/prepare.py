@@ -118,7 +118,10 @@ class Preparer:
 
     def _find_orphans(self) -> None:
         self._scanned = True
+        before = self.orphans
         self.orphans = self.specs.on_disk(known=self.checkpoint.claims)
+        if self.orphans.keys() - before.keys():
+            self.rebuilding(self._lost_how())
         if self.orphans:
             log.warning(
                 "%d CDI spec(s) on disk belong to claims the checkpoint does not name (%s): their devices "
@@ -129,6 +132,17 @@ class Preparer:
                 ),
             )
             self.orphans_found.set()
+
+    def _lost_how(self) -> str:
+        """Why claims must be rebuilt (`events.REBUILD_REASONS`)."""
+        if self.checkpoint.lost:
+            return "unreadable"
+        if not (self.checkpoint.path.exists() or self.checkpoint.copy_path.exists()):
+            return "missing"
+        return "other"
+
+    def rebuilding(self, reason: str) -> None:
+        """Claims prepared before the checkpoint was lost are to be rebuilt (counted by `MeteredPreparer`)."""
 
     async def recover(self) -> None:
         """At start-up, before serving: find the orphans (the checkpoint was loaded by the caller). When
