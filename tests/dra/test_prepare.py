@@ -56,7 +56,11 @@ def allocated(
     return {"metadata": {"name": name, "namespace": "default", "uid": uid}, "status": status}
 
 
-def make(tmp_path: Path, inventory: Inventory | None = None, boot: str = BOOT) -> tuple[Preparer, Reader]:
+def make(
+    tmp_path: Path, inventory: Inventory | None = None, boot: str = BOOT, *, intact: bool = True
+) -> tuple[Preparer, Reader]:
+    """A Preparer on `tmp_path`; `intact`: a node whose checkpoint is there (written empty if it is not),
+    else one that finds its checkpoint lost and must rebuild before it prepares a new claim."""
     inventory = inventory or make_inventory(2)
     table = device_table(inventory, parse_gpu_selection("all"))
 
@@ -65,6 +69,8 @@ def make(tmp_path: Path, inventory: Inventory | None = None, boot: str = BOOT) -
 
     checkpoint = Checkpoint(tmp_path / "plugin" / "checkpoint.json", boot)
     checkpoint.load()
+    if intact and not checkpoint.path.exists():
+        checkpoint.save()
     reader = Reader()
     preparer = Preparer(
         driver_name="gpu.nvidia.com",

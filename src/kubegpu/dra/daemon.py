@@ -41,7 +41,7 @@ from kubegpu.dra.metrics_server import MetricsServer
 from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
 from kubegpu.dra.prepare import Preparer
 from kubegpu.dra.publisher import SlicePublisher
-from kubegpu.dra.rebuild import clean_up, rebuild_forever
+from kubegpu.dra.rebuild import clean_up, rebuild, rebuild_forever
 from kubegpu.dra.service import KubeletServers
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
 from kubegpu.node.faults import FaultBook
@@ -164,6 +164,7 @@ class DraDaemon:
                 lock=NodeLock(s.plugin_dir / LOCK_FILE, s.lock_timeout),
                 devices=self.devices,
             )
+            preparer.confirm = lambda: rebuild(preparer)  # a Prepare after a lost checkpoint asks first
             await preparer.recover()  # the specs the checkpoint does not name hold their devices
             self.report_health()
             servers = KubeletServers(

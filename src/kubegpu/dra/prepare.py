@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -89,7 +89,17 @@ class Preparer:
         # Specs on disk that no checkpoint entry names, by claim UID, with the devices each names: claims
         # prepared before the checkpoint was lost. Their devices stay held until `rebuild` settles them.
         self.orphans: dict[str, tuple[str, ...]] = {}
-        self.orphans_found = asyncio.Event()
+        self.orphans_found = asyncio.Event()  # set when there is something to rebuild (`rebuild_forever`)
+        # Why the claims prepared here must be rebuilt from the API server (`events.REBUILD_REASONS`), until
+        # it answered once: the checkpoint is unreadable or missing (a spec may be lost with it, so only the
+        # API server knows every claim allocated here), or specs on disk are not in it. Meanwhile new claims
+        # are refused, not risked on a device a claim nobody knows of may hold.
+        self.lost: str | None = None
+        # Asked once before such a refusal: the rebuild itself (rebuild.py; wired by the daemon).
+        self.confirm: Callable[[], Awaitable[int]] | None = None
+        # Claims the kubelet unprepared while `lost`: the API server may still list them as reserved (the
+        # reservation goes when the pod is gone), and they must not be prepared again from it.
+        self.released: set[str] = set()
         self._scanned = False
         self.settled: Counter[str] = Counter()  # orphans "rebuilt" or "removed" (`rebuild`), for metrics
         self._serial = asyncio.Lock()
@@ -118,10 +128,11 @@ class Preparer:
 
     def _find_orphans(self) -> None:
         self._scanned = True
-        before = self.orphans
         self.orphans = self.specs.on_disk(known=self.checkpoint.claims)
-        if self.orphans.keys() - before.keys():
-            self.rebuilding(self._lost_how())
+        how = self._lost_how()
+        if how is not None and self.lost is None:
+            self.lost = how
+            self.orphans_found.set()
         if self.orphans:
             log.warning(
                 "%d CDI spec(s) on disk belong to claims the checkpoint does not name (%s): their devices "
@@ -133,16 +144,16 @@ class Preparer:
             )
             self.orphans_found.set()
 
-    def _lost_how(self) -> str:
-        """Why claims must be rebuilt (`events.REBUILD_REASONS`)."""
+    def _lost_how(self) -> str | None:
+        """Why claims must be rebuilt (`events.REBUILD_REASONS`), or None."""
         if self.checkpoint.lost:
             return "unreadable"
         if not (self.checkpoint.path.exists() or self.checkpoint.copy_path.exists()):
             return "missing"
-        return "other"
+        return "other" if self.orphans else None
 
     def rebuilding(self, reason: str) -> None:
-        """Claims prepared before the checkpoint was lost are to be rebuilt (counted by `MeteredPreparer`)."""
+        """Claims prepared before the checkpoint was lost were rebuilt (counted by `MeteredPreparer`)."""
 
     async def recover(self) -> None:
         """At start-up, before serving: find the orphans (the checkpoint was loaded by the caller). When
@@ -177,11 +188,34 @@ class Preparer:
             unread = [ref for ref in todo if not self._answered_from_checkpoint(ref, out)]
         if not unread:
             return
+        if self.lost is not None and not await self._confirmed(unread, out):
+            return
         read = await self._read_all(unread)
         async with self.locked():
             for ref in unread:  # another call may have prepared it meanwhile: look again
                 if not self._answered_from_checkpoint(ref, out):
                     out[ref.uid] = self._prepare_read(ref, read[ref.uid])
+
+    async def _confirmed(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> bool:
+        """After a lost checkpoint, rebuild first; False (each claim refused, the kubelet retries) while the
+        API server cannot say which claims this node holds."""
+        why = "the API server has not been asked yet"
+        if self.confirm is not None:
+            try:
+                await asyncio.wait_for(self.confirm(), self.reader.timeout)
+            except (ClaimError, LockTimeout, TimeoutError) as err:
+                why = str(err).removesuffix(f"; {RETRY}") or (
+                    f"the API server did not answer within {self.reader.timeout:g} s"
+                )
+        if self.lost is None:
+            return True
+        for ref in refs:
+            out[ref.uid] = Outcome(
+                error=f"{ref.describe()}: not prepared yet: the driver's checkpoint was lost and the claims "
+                f"prepared on this node are not yet rebuilt from the API server ({why}); {RETRY}",
+                kind="rebuilding",
+            )
+        return False
 
     def _answered_from_checkpoint(self, ref: ClaimRef, out: dict[str, Outcome]) -> bool:
         known = self.checkpoint.claims.get(ref.uid)
@@ -361,6 +395,8 @@ class Preparer:
         if known is not None and (known.namespace, known.name) != (ref.namespace, ref.name):
             return _not_this_claim(ref, known, "nothing was unprepared")
         orphan = ref.uid in self.orphans
+        if self.lost is not None:
+            self.released.add(ref.uid)
         if known is None and not orphan:
             log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
             return None
