@@ -34,14 +34,7 @@ from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
 from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
-from kubegpu.dra.gpuconfig import (
-    GPU_CONFIG,
-    MIG_CONFIG,
-    ConfigError,
-    DeviceConfig,
-    Sharing,
-    configs_for_results,
-)
+from kubegpu.dra.gpuconfig import ConfigError, sharing_of
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
 from kubegpu.node.inventory import Inventory
 
@@ -305,7 +298,7 @@ class Preparer:
             if not result.admin_access:
                 self._check_free(what, claim.uid, result.device)
             picked.append(device)
-        sharing = self._sharing(claim, picked)
+        sharing = sharing_of(claim, picked, self.driver_name)
         prepared = tuple(
             PreparedDevice(
                 (result.request_name,),
@@ -350,26 +343,6 @@ class Preparer:
                     f"but the checkpoint entry is lost and the API server has not yet confirmed the claim; "
                     f"{RETRY}"
                 )
-
-    def _sharing(self, claim: AllocatedClaim, picked: list[DraDevice]) -> dict[str, Sharing | None]:
-        """The sharing config of each picked device (by device name); ConfigError for a config that does
-        not fit the device it applies to."""
-        configs = configs_for_results(claim.configs, self.driver_name, [r.request for r in claim.results])
-        out: dict[str, Sharing | None] = {}
-        for result, device in zip(claim.results, picked, strict=True):
-            config: DeviceConfig | None = configs.get(result.request) or configs.get(result.request_name)
-            if config is None:
-                out.setdefault(device.name, None)
-                continue
-            wanted = MIG_CONFIG if device.mig else GPU_CONFIG
-            if config.kind != wanted:
-                raise ConfigError(
-                    f"claim {claim.namespace}/{claim.name}: a {config.kind} cannot configure "
-                    f"{device.kind.upper()} "
-                    f"device {device.name} (request {result.request}): use {wanted}"
-                )
-            out[device.name] = config.sharing
-        return out
 
     # ---- Unprepare ---------------------------------------------------------------------------------------
 
