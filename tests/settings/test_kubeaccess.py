@@ -146,6 +146,11 @@ def test_ca_and_client_data_are_base64(tmp_path: Path) -> None:
         (
             {"clusters": [{"cluster": {"server": "https://k"}}]},
             "ctx",
+            "invalid kubeconfig {path}: clusters[0].name is null, not a string; fix or regenerate it",
+        ),
+        (
+            {"clusters": [{"name": "k", "cluster": None}]},
+            "ctx",
             "invalid kubeconfig {path}: every entry of clusters needs a name and a cluster mapping",
         ),
     ],
