@@ -7,7 +7,8 @@ raw watch of all ResourceSlices) timestamps every event. Each sample toggles a t
 XID, then its recovery, does), calls `update()` and waits for the watch event with the new generation.
 
 Baseline, same run, same server, same watcher: a bare `replace` of a slice with the same 64 devices (the
-same taint toggled, generation bumped) through the same client, from the call to its watch event. The ratio
+same taint toggled, generation bumped) through the publisher's own light client (`dra/kubeapi.py`), from the
+call to its watch event. The ratio
 shows what the publisher adds on top of one write (waking up, comparing, building the body).
 
 Target: p50 <= 2x the baseline.
@@ -39,7 +40,9 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from bench.common import Result, Row, interruptible, ms, ratio, summary_ms
 from kubegpu.apisim import ApiServerSim
+from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.publisher import SlicePublisher
+from kubegpu.settings.kubeaccess import ApiAccess
 
 DRIVER = "gpu.nvidia.com"
 BASELINE_DRIVER = "baseline.example.com"
@@ -162,33 +165,27 @@ def run(rounds: int) -> Result:
         watcher = Watcher(api_client)
         loop = asyncio.new_event_loop()
         threading.Thread(target=loop.run_forever, daemon=True).start()
-        publisher = SlicePublisher(api_client, driver_name=DRIVER, node_name=NODE)
+        light = KubeClient(ApiAccess(server=api.url))
+        publisher = SlicePublisher(light, driver_name=DRIVER, node_name=NODE)
         task = asyncio.run_coroutine_threadsafe(publisher.run(), loop)
-        custom: Any = client.CustomObjectsApi(api_client)
         node_uid = api.get("nodes", NODE)["metadata"]["uid"]
-        baseline_obj = json.loads(
-            custom.create_cluster_custom_object(
-                "resource.k8s.io",
-                "v1",
-                "resourceslices",
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceSlice",
-                    "metadata": {
-                        "generateName": f"{NODE}-{BASELINE_DRIVER}-",
-                        "ownerReferences": [
-                            {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid}
-                        ],
-                    },
-                    "spec": {
-                        "driver": BASELINE_DRIVER,
-                        "nodeName": NODE,
-                        "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
-                        "devices": devices(None),
-                    },
+        baseline_obj = light.request(
+            "POST",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            body={
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {
+                    "generateName": f"{NODE}-{BASELINE_DRIVER}-",
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid}],
                 },
-                _preload_content=False,
-            ).data
+                "spec": {
+                    "driver": BASELINE_DRIVER,
+                    "nodeName": NODE,
+                    "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices(None),
+                },
+            },
         )
 
         ours_generation = 0  # the last one the watch showed (the publisher sets its own after the write)
@@ -209,16 +206,11 @@ def run(rounds: int) -> Result:
             body["spec"]["devices"] = devices(tainted)
             since = watcher.mark()
             start = time.perf_counter()
-            response = custom.replace_cluster_custom_object(
-                "resource.k8s.io",
-                "v1",
-                "resourceslices",
-                body["metadata"]["name"],
-                body,
-                _preload_content=False,
+            replaced = light.request(
+                "PUT", f"/apis/resource.k8s.io/v1/resourceslices/{body['metadata']['name']}", body=body
             )
             seen = watcher.wait(since, generation_is(BASELINE_DRIVER, generation)) - start
-            baseline_obj = json.loads(response.data)
+            baseline_obj = replaced
             return seen
 
         for tainted in (None, 3, None):  # warm-up: first publication, the taint probe, recovery
@@ -241,6 +233,7 @@ def run(rounds: int) -> Result:
         loop.call_soon_threadsafe(loop.stop)
         watcher.stop()
         api_client.close()
+        light.close()
     mine, base = summary_ms(samples["ours"]), summary_ms(samples["baseline"])
     r50, r99 = ratio(mine["p50_ms"], base["p50_ms"]), ratio(mine["p99_ms"], base["p99_ms"])
     size = "8 GPUs x 7 MIG, 64 devices"

@@ -29,7 +29,7 @@ from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.resourceapi import reserved_status
 from tests.dra_objects import claim, request
 
-GATE = {"KUBEGPU_DRA_DYNAMIC_MIG": "true"}
+GATE = {"FEATURE_GATES": "DynamicMIG=true"}
 H100 = 2  # index and minor of the H100 in the profile
 H200 = 3
 

@@ -100,9 +100,9 @@ async def started(node: DraNode, times: int = 1) -> None:
     )
 
 
-async def with_a_running_claim(node: DraNode) -> str:
-    """Start the driver, let the kubelet run pod `job` with claim c1 (gpu-0); c1's UID."""
-    node.start_driver()
+async def with_a_running_claim(node: DraNode, *flags: str) -> str:
+    """Start the driver (with `flags`), let the kubelet run pod `job` with claim c1 (gpu-0); c1's UID."""
+    node.start_driver(*flags)
     await started(node)
     await node.wait_published(4)
     assert node.sim is not None
@@ -206,12 +206,12 @@ async def test_a_lost_checkpoint_with_the_api_server_down_holds_the_gpus_and_unp
         node.start_driver()
         await started(node, 2)
         await node.wait(lambda: "stay held until the API server confirms" in node.log(), "the orphan found")
-        # The client's API classes are imported (seconds) in a thread after the sockets are served; the
-        # first publication follows. Until then a 1 s budget may be spent on the import.
-        await node.wait(lambda: node.log().count("publishing 4 device(s)") == 2, "the client ready")
+        await node.wait(lambda: node.log().count("publishing 4 device(s)") == 2, "the publisher started")
         answer = await call(node, "prepare", [("default", c2, "c2")])
-        assert answer.claims[c2].error == (
-            f"cannot read claim default/c2: the API server refused the connection (is it down?); {RETRY}"
+        assert answer.claims[c2].error == (  # gpu-0's claim cannot be confirmed: no new claim is risked
+            "claim default/c2: not prepared yet: the driver's checkpoint was lost and the claims prepared on "
+            "this node are not yet rebuilt from the API server (cannot list the resourceclaims: the API "
+            f"server refused the connection (is it down?)); {RETRY}"
         )
         await node.sim.terminate_pod("job")  # offline: the spec found on disk is removed by UID
         assert specs_on_disk(node) == {}
@@ -226,8 +226,16 @@ CLAIMS = "/resourceclaims/"
 FAULTS = {
     "refused": (None, "the API server refused the connection (is it down?)"),
     "hangs": (Fault(hang_s=3.0, path_contains=CLAIMS), "the API server did not answer within 1 s"),
-    "500": (Fault(status=500, path_contains=CLAIMS), "the API server answered 500 Internal Server Error"),
-    "429": (Fault(status=429, path_contains=CLAIMS), "the API server answered 429 Too Many Requests"),
+    "500": (
+        Fault(status=500, path_contains=CLAIMS),
+        'the API server answered 500 Internal Server Error: an error on the server ("injected") has '
+        "prevented the request from succeeding",
+    ),
+    "429": (
+        Fault(status=429, path_contains=CLAIMS),
+        "the API server answered 429 Too Many Requests: the server has received too many requests and has "
+        "asked us to try again later",
+    ),
 }
 
 
@@ -352,3 +360,37 @@ async def test_huge_and_slow_calls_do_not_hold_up_a_good_prepare() -> None:
         log = node.log()
         assert log.count("claim(s) failed") <= 5 and sum("bad-" in line for line in log.splitlines()) <= 5
         assert "Traceback" not in log
+
+
+async def test_a_checkpoint_lost_with_the_running_claims_spec_is_rebuilt_from_the_api_server() -> None:
+    # The plugin directory and the CDI root both wiped under a running pod: no orphan spec says gpu-0 is
+    # held, only the API server does (c1 allocated here, reserved for job). While it cannot be asked, a new
+    # claim is refused per claim; once it answers, c1 is prepared again (spec rewritten) and holds gpu-0.
+    async with DraNode("t4-pcie", env={"KUBEGPU_DRA_API_TIMEOUT_SECONDS": "1"}) as node:
+        c1 = await with_a_running_claim(node)
+        c2 = uid_of(allocate_on(node, "c2", "thief", "gpu-0"))
+        assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
+        for name in ("checkpoint.json", "checkpoint.json.copy"):
+            damage(node.plugins / DRIVER / name, "missing")
+        for spec in node.cdi.glob("k8s.gpu.nvidia.com-claim_*.json"):
+            spec.unlink()
+        node.api.stop()
+        node.start_driver()
+        await started(node, 2)
+        refused = await call(node, "prepare", [("default", c2, "c2")])
+        assert refused.claims[c2].error == (
+            "claim default/c2: not prepared yet: the driver's checkpoint was lost and the claims prepared on "
+            "this node are not yet rebuilt from the API server (cannot list the resourceclaims: the API "
+            f"server refused the connection (is it down?)); {RETRY}"
+        )
+        assert specs_on_disk(node) == {}
+        node.api.start()
+        await node.wait(lambda: "rebuilt claim default/c1" in node.log(), "c1 rebuilt from the API server")
+        assert_nothing_lost(node, {c1: ["gpu-0"]})
+        answer = await call(node, "prepare", [("default", c2, "c2")])
+        assert (
+            answer.claims[c2].error
+            == f"claim default/c2: device gpu-0 is already prepared for claim default/c1 ({c1})"
+        )
+        assert_nothing_lost(node, {c1: ["gpu-0"]})
+        assert "Traceback" not in node.log()

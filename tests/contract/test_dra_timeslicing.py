@@ -128,8 +128,8 @@ async def test_the_gate_off_refuses_a_time_sliced_claim_with_nvidias_text() -> N
         ("DynamicMIG=true,MPSSupport=true",
          "feature gate validation failed: feature gate DynamicMIG is currently mutually exclusive with "
          "MPSSupport"),
-        ("DynamicMIG=true",
-         "feature gate DynamicMIG is not implemented by kubegpu yet"),
+        ("MPSSupport=true",
+         "feature gate MPSSupport is not implemented by kubegpu yet"),
         ("Bogus=true", "unrecognized feature gate: Bogus"),
     ],
 )  # fmt: skip

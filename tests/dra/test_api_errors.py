@@ -1,5 +1,6 @@
-"""Failed API server calls by kind, through the official client's REST layer: real urllib3 failures against
-a port nobody listens on and a server that answers 500 and 429, counted as the driver's metrics count them."""
+"""Failed API server calls by kind, as the light client reports them to the driver's metrics: real refused
+connections, a server that never answers, one that answers 500, 429 and 404, and one whose answer is not
+JSON; the kinds written out as the metrics name them."""
 
 from __future__ import annotations
 
@@ -9,22 +10,22 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import urllib3
-from kubernetes import client
 
-from kubegpu.dra.api_errors import count_api_errors, error_kind, status_kind
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.kinds: list[str] = []
-
-    def api_error(self, kind: str) -> None:
-        self.kinds.append(kind)
+from kubegpu.dra.api_errors import (
+    ApiBadResponse,
+    ApiServerError,
+    ApiStatusError,
+    ApiThrottled,
+    ApiTimeout,
+    ApiUnreachable,
+)
+from kubegpu.dra.kubeapi import KubeClient
+from kubegpu.settings.kubeaccess import ApiAccess
 
 
 class _Answers(BaseHTTPRequestHandler):
-    codes = [500, 429, 404, 200]
+    protocol_version = "HTTP/1.1"
+    codes = [500, 429, 404, 200, 201]
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -34,6 +35,8 @@ class _Answers(BaseHTTPRequestHandler):
         body = b'{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d}' % code
         if code == 200:
             body = b'{"kind":"ResourceClaim","metadata":{"name":"c"},"spec":{}}'
+        if code == 201:
+            code, body = 200, b"<html>a proxy's login page</html>"
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -43,7 +46,9 @@ class _Answers(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def answering() -> Iterator[str]:
+    _Answers.codes = [500, 429, 404, 200, 201]
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -51,49 +56,41 @@ def answering() -> Iterator[str]:
     server.server_close()
 
 
-def api(host: str) -> client.ResourceV1Api:
-    configuration = client.Configuration(host=host)
-    configuration.retries = 0
-    return client.ResourceV1Api(client.ApiClient(configuration))
+def counting(url: str) -> tuple[KubeClient, list[str]]:
+    kinds: list[str] = []
+    return KubeClient(ApiAccess(server=url), on_error=kinds.append), kinds
 
 
-def test_5xx_and_429_are_counted_and_other_answers_are_not(answering: str) -> None:
-    recorder = Recorder()
-    resource = api(answering)
-    count_api_errors(resource.api_client, recorder)
-    for _ in range(3):
-        with pytest.raises(client.ApiException):
-            resource.read_namespaced_resource_claim("c", "default")
-    resource.read_namespaced_resource_claim("c", "default")
-    assert recorder.kinds == ["server_error", "too_many_requests"]  # the 404 is an answer, not a failure
+def test_5xx_429_and_bodies_not_json_are_counted_and_other_answers_are_not(answering: str) -> None:
+    api, kinds = counting(answering)
+    for error in (ApiServerError, ApiThrottled, ApiStatusError):
+        with pytest.raises(error):
+            api.request("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c")
+    assert api.request("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c")["kind"] == (
+        "ResourceClaim"
+    )
+    with pytest.raises(ApiBadResponse):
+        api.request("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c")
+    assert kinds == ["server_error", "too_many_requests", "other"]  # the 404 is an answer, not a failure
 
 
 def test_a_refused_connection_is_a_connection_error() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nobody listens there
-    recorder = Recorder()
-    resource = api(f"http://127.0.0.1:{port}")
-    count_api_errors(resource.api_client, recorder)
-    with pytest.raises(urllib3.exceptions.MaxRetryError):
-        resource.read_namespaced_resource_claim("c", "default")
-    assert recorder.kinds == ["connection"]
+    api, kinds = counting(f"http://127.0.0.1:{port}")
+    with pytest.raises(ApiUnreachable):
+        api.request("GET", "/api")
+    with pytest.raises(ApiUnreachable):
+        api.stream("/apis/resource.k8s.io/v1/resourceslices", {"watch": "true"}, (1.0, 1.0))
+    assert kinds == ["connection", "connection"]
 
 
-def test_kinds_of_urllib3_failures() -> None:
-    pool = urllib3.HTTPConnectionPool("127.0.0.1", 1)
-    assert error_kind(urllib3.exceptions.ReadTimeoutError(pool, "/", "read timed out")) == "timeout"
-    assert (
-        error_kind(urllib3.exceptions.MaxRetryError(pool, "/", urllib3.exceptions.ConnectTimeoutError()))
-        == "timeout"
-    )
-    assert error_kind(urllib3.exceptions.ProtocolError("Connection aborted.")) == "connection"
-    assert error_kind(ValueError("not JSON")) == "other"
-    assert [status_kind(c) for c in (200, 404, 409, 429, 500, 503)] == [
-        None,
-        None,
-        None,
-        "too_many_requests",
-        "server_error",
-        "server_error",
-    ]
+def test_a_server_that_does_not_answer_is_a_timeout() -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()  # accepts (the kernel's backlog) and never answers
+        api, kinds = counting(f"http://127.0.0.1:{listening.getsockname()[1]}")
+        with pytest.raises(ApiTimeout):
+            api.request("GET", "/api", timeout=(1.0, 0.2))
+    assert kinds == ["timeout"]

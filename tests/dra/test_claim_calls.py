@@ -25,7 +25,7 @@ def test_no_uid_and_a_uid_twice_are_refused_each_once() -> None:
             "claim UID u1 appears 2 times in one call (claim default/a, claim default/b); send each claim "
             "once",
         ),
-        "": Failure("invalid", "claim ns/'c\\nforged' has no UID; send the claim's metadata.uid"),
+        "": Failure("no-uid", "claim ns/'c\\nforged' has no UID; send the claim's metadata.uid"),
     }
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from kubegpu.apisim import ApiServerSim
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
@@ -19,11 +18,13 @@ from kubegpu.dra.claim_calls import ClaimRef
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import AllocatedClaim, ClaimGone, ClaimReader
 from kubegpu.dra.devices import DraDevice, device_table
+from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.node_lock import NodeLock
 from kubegpu.dra.prepare import Preparer
 from kubegpu.dra.rebuild import clean_up
 from kubegpu.node.inventory import Inventory
 from kubegpu.settings.dra_selection import parse_gpu_selection
+from kubegpu.settings.kubeaccess import ApiAccess
 from tests.builders import make_inventory
 
 BOOT = "6e1f0c55-0000-4000-8000-000000000001"
@@ -33,7 +34,7 @@ class Reader(ClaimReader):
     """Claims from a dict instead of the API server; the checks are the real ones."""
 
     def __init__(self) -> None:
-        super().__init__(client.ApiClient(client.Configuration()), "gpu.nvidia.com")
+        super().__init__(KubeClient(ApiAccess(server="http://127.0.0.1:1")), "gpu.nvidia.com")
         self.objects: dict[str, dict[str, Any]] = {}
         self.gets = 0
 
@@ -55,7 +56,11 @@ def allocated(
     return {"metadata": {"name": name, "namespace": "default", "uid": uid}, "status": status}
 
 
-def make(tmp_path: Path, inventory: Inventory | None = None, boot: str = BOOT) -> tuple[Preparer, Reader]:
+def make(
+    tmp_path: Path, inventory: Inventory | None = None, boot: str = BOOT, *, intact: bool = True
+) -> tuple[Preparer, Reader]:
+    """A Preparer on `tmp_path`; `intact`: a node whose checkpoint is there (written empty if it is not),
+    else one that finds its checkpoint lost and must rebuild before it prepares a new claim."""
     inventory = inventory or make_inventory(2)
     table = device_table(inventory, parse_gpu_selection("all"))
 
@@ -64,6 +69,8 @@ def make(tmp_path: Path, inventory: Inventory | None = None, boot: str = BOOT) -
 
     checkpoint = Checkpoint(tmp_path / "plugin" / "checkpoint.json", boot)
     checkpoint.load()
+    if intact and not checkpoint.path.exists():
+        checkpoint.save()
     reader = Reader()
     preparer = Preparer(
         driver_name="gpu.nvidia.com",
@@ -264,11 +271,8 @@ async def test_cleanup_through_the_api_server_keeps_claims_when_their_version_st
     # The real reader on the API simulator: a claim that was deleted is cleaned up, but a 404 for the path
     # (an upgrade took the version away) is not "every claim was deleted": the claims stay prepared.
     preparer, _ = make(tmp_path)
-    with (
-        ApiServerSim(resource_versions=("v1", "v1beta1")) as api,
-        client.ApiClient(client.Configuration(host=api.url)) as api_client,
-    ):
-        preparer.reader = ClaimReader(api_client, "gpu.nvidia.com")
+    with ApiServerSim(resource_versions=("v1", "v1beta1")) as api:
+        preparer.reader = ClaimReader(KubeClient(ApiAccess(server=api.url)), "gpu.nvidia.com")
         uids = {}
         for name, device in (("kept", "gpu-0"), ("deleted", "gpu-1")):
             created = api.create("resourceclaims", {**allocated(name, "", [device]), "spec": {"devices": {}}})

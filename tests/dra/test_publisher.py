@@ -1,4 +1,4 @@
-"""The ResourceSlice publisher against the simulated API server, through the official client."""
+"""The ResourceSlice publisher against the simulated API server, through the driver's light client."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from kubernetes import client
 
 from kubegpu.apisim import ApiServerSim
 from kubegpu.common.backoff import Backoff
+from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.publisher import SlicePublisher
+from kubegpu.settings.kubeaccess import ApiAccess
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node-a"
@@ -68,7 +70,7 @@ def api() -> Iterator[ApiServerSim]:
 
 class Running:
     def __init__(self, api: ApiServerSim, **kwargs: Any) -> None:
-        self.api_client = client.ApiClient(client.Configuration(host=api.url))
+        self.api_client = KubeClient(ApiAccess(server=api.url))
         self.publisher = SlicePublisher(
             self.api_client, driver_name=DRIVER, node_name=NODE, backoff=fast_backoff, **kwargs
         )

@@ -26,7 +26,10 @@ class ListingReader(Reader):
 
     def on_node(self, pool: str) -> dict[str, dict[str, Any]]:
         if self.down:
-            raise ApiUnavailable("cannot list the resourceclaims: the API server refused the connection")
+            raise ApiUnavailable(
+                "cannot list the resourceclaims: the API server refused the connection (is it down?)",
+                "connection",
+            )
         return {o["metadata"]["uid"]: o for o in self.objects.values()}
 
 
@@ -41,10 +44,11 @@ async def lose_the_checkpoint(tmp_path: Path) -> tuple[Any, ListingReader]:
     }
     for name in ("checkpoint.json", "checkpoint.json.copy"):
         (tmp_path / "plugin" / name).unlink()
-    preparer, _ = make(tmp_path)
+    preparer, _ = make(tmp_path, intact=False)
     listing = ListingReader()
     listing.objects = dict(reader.objects)
     preparer.reader = listing
+    preparer.confirm = lambda: rebuild(preparer)  # as the daemon wires it
     await preparer.recover()
     return preparer, listing
 
@@ -54,12 +58,13 @@ async def test_an_orphan_spec_holds_its_device_until_the_api_server_settles_it(t
     assert preparer.orphans == {"u1": ("gpu-0",), "u2": ("gpu-1",)}
     assert preparer.orphans_found.is_set()
     reader.objects["thief"] = allocated("thief", "u3", ["gpu-0"])
+    reader.down = True
     out = await preparer.prepare([ref("thief", "u3")])
     assert out["u3"].error == (
-        "claim default/thief: device gpu-0 may be in use by claim u1: its CDI spec is on disk but the "
-        "checkpoint entry is lost and the API server has not yet confirmed the claim; the kubelet will retry"
+        "claim default/thief: not prepared yet: the driver's checkpoint was lost and the claims prepared on "
+        "this node are not yet rebuilt from the API server (cannot list the resourceclaims: the API server "
+        "refused the connection (is it down?)); the kubelet will retry"
     )
-    reader.down = True
     with pytest.raises(ApiUnavailable):
         await rebuild(preparer)
     assert set(preparer.orphans) == {"u1", "u2"}
@@ -98,7 +103,8 @@ async def test_a_claim_prepared_again_after_the_loss_answers_as_before_and_stops
         ("gpu-0", ("k8s.gpu.nvidia.com/claim=u1-gpu-0",))
     ]
     assert json.loads((tmp_path / "cdi" / SPEC.format("u1")).read_text()) == spec
-    assert set(preparer.orphans) == {"u2"}
+    assert preparer.orphans == {}  # the Prepare had the API server asked first: u2 was rebuilt too
+    assert sorted(preparer.checkpoint.claims) == ["u1", "u2"]
 
 
 async def test_admin_access_shares_a_device_either_way(tmp_path: Path) -> None:

@@ -25,9 +25,6 @@ ALLOWED = {
     # the driver's own settings, which it passes explicitly).
     "demo/simnode.py": 1,
     "demo/dranode.py": 1,
-    # TEMPORARY (issue 21): KUBEGPU_DRA_DYNAMIC_MIG stands in for the DynamicMIG feature gate until
-    # `--feature-gates` (dra/feature_gates.py) lands; `dynamic_mig_enabled()` then reads the gate instead.
-    "dra/dynamic_mig.py": 1,
 }
 
 _NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}

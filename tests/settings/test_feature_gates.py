@@ -102,7 +102,7 @@ def test_nvidias_rules_between_gates(text: str, failure: str | None) -> None:
 
 @pytest.mark.parametrize(
     "gate",
-    ["MPSSupport", "PassthroughSupport", "DynamicMIG", "DeviceMetadata", "DRAListTypeAttributes",
+    ["MPSSupport", "PassthroughSupport", "DeviceMetadata", "DRAListTypeAttributes",
      "FabricManagerPartitioning", "ConsumableShares"],
 )  # fmt: skip
 def test_a_gate_not_implemented_yet_is_refused(gate: str) -> None:
@@ -117,7 +117,7 @@ def test_a_gate_not_implemented_yet_is_refused(gate: str) -> None:
 @pytest.mark.parametrize(
     "gate",
     ["TimeSlicingSettings", "NVMLDeviceHealthCheck", "IMEXDaemonsWithDNSNames", "ComputeDomainCliques",
-     "CrashOnNVLinkFabricErrors", "HostManagedIMEXDaemon"],
+     "CrashOnNVLinkFabricErrors", "HostManagedIMEXDaemon", "DynamicMIG"],
 )  # fmt: skip
 def test_implemented_and_compute_domain_gates_are_accepted(gate: str) -> None:
     assert not_implemented(parse_feature_gates(f"{gate}=true")) is None

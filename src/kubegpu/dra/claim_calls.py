@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kubegpu.common.log_throttle import LogThrottle
@@ -65,7 +65,7 @@ def screen(claims: Sequence[ClaimRef]) -> dict[str, Failure]:
     for uid, named in seen.items():
         if not uid:
             refused[uid] = Failure(
-                "invalid", f"{named[0].describe()} has no UID; send the claim's metadata.uid"
+                "no-uid", f"{named[0].describe()} has no UID; send the claim's metadata.uid"
             )
         elif len(named) > 1:
             refused[uid] = Failure(
@@ -77,17 +77,24 @@ def screen(claims: Sequence[ClaimRef]) -> dict[str, Failure]:
 
 
 class FailureCounts:
-    """Per-claim failures counted by kind since the start, and one log line per call that had any."""
+    """Per-claim failures counted by kind since the start, and one log line per call that had any.
+    `on_counted` (the driver's metrics) sees each batch of counts as it is added."""
 
     def __init__(self, logger: logging.Logger = log) -> None:
         self.counts: Counter[str] = Counter()
+        self.on_counted: Callable[[Mapping[str, int]], None] = lambda kinds: None
         self._throttle = LogThrottle(logger, interval_s=60.0, burst=5)
+
+    def count(self, kinds: Mapping[str, int]) -> None:
+        """Add failures not reported claim by claim (a call refused whole, a body that does not decode)."""
+        self.counts.update(kinds)
+        self.on_counted(kinds)
 
     def report(self, rpc: str, total: int, failures: Mapping[str, Failure]) -> None:
         if not failures:
             return
         kinds = Counter(f.kind for f in failures.values())
-        self.counts.update(kinds)
+        self.count(kinds)
         first = next(iter(failures.values()))
         self._throttle.warning(
             f"{rpc} failures",

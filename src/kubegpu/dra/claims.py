@@ -1,31 +1,29 @@
-"""Prepare reads the claim: GET it through the official client (in the resource.k8s.io version the server
+"""Prepare reads the claim: GET it through the light API client (in the resource.k8s.io version the server
 serves) and check it the way the kubelet plugin helper does, so the driver prepares exactly what the
 scheduler allocated (pool, device, request) with the config that came with it.
 
 Every failure is a `ClaimError` whose text goes to the kubelet as that claim's error, never an exception out
-of the call: the API server refusing connections, timing out, answering 5xx or 429 (`ApiUnavailable`, which
-the kubelet retries on its next pod sync), the claim gone or replaced (`ClaimGone`), not allocated or
-reserved (`ClaimNotReady`). `kind` names the class of failure for the driver's counters."""
+of the call: the API server refusing connections, timing out, answering 5xx or 429 past a short wait, or
+answering what is not a claim (`ApiUnavailable`, which the kubelet retries on its next pod sync), the claim
+gone or replaced (`ClaimGone`), not allocated or reserved (`ClaimNotReady`). `kind` names the class of
+failure for the driver's counters."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
-
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-from urllib3.exceptions import HTTPError as TransportError
-from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
-from urllib3.exceptions import TimeoutError as TransportTimeout
+from urllib.parse import quote
 
 from kubegpu.common.quoting import plain_id
+from kubegpu.dra.api_errors import ApiError, ApiStatusError
+from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.slices import GROUP, pick_version
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 10.0  # seconds for one request: well inside the kubelet's 45 s per call
+THROTTLE_BUDGET = 2.0  # seconds of the server's Retry-After a GET may wait out before it answers an error
 RETRY = "the kubelet will retry"
 
 
@@ -48,9 +46,13 @@ class ClaimNotReady(ClaimError):
 
 
 class ApiUnavailable(ClaimError):
-    """The API server could not be asked (refused, timed out) or answered an error (5xx, 429, 403...)."""
+    """The API server could not answer (refused, timed out, 5xx, 429, an unexpected status or body): it may
+    answer next time, and the kubelet retries. `kind` is the light client's (`ApiError.kind`: connection,
+    timeout, server_error, too_many_requests, status, other)."""
 
-    kind = "api"
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,46 +80,49 @@ class AllocatedClaim:
 
 
 class ClaimReader:
-    def __init__(
-        self, api_client: client.ApiClient, driver_name: str, timeout: float = DEFAULT_TIMEOUT
-    ) -> None:
+    def __init__(self, api: KubeClient, driver_name: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.driver_name = driver_name
         self.timeout = timeout
-        self._api_client = api_client
-        self._apis: tuple[Any, Any] | None = None  # made at first use: the client's API classes import slowly
+        self._api = api
         self.version: str | None = None
 
-    @property
-    def _custom(self) -> Any:
-        return self._client_apis()[0]
-
-    @property
-    def _group(self) -> Any:
-        return self._client_apis()[1]
-
     def warm(self) -> None:
-        """Import the client's API classes now (blocking), not in the first Prepare."""
-        self._client_apis()
+        """Nothing to load ahead any more (the light client has no API classes to import)."""
 
-    def _client_apis(self) -> tuple[Any, Any]:
-        if self._apis is None:
-            self._apis = (client.CustomObjectsApi(self._api_client), client.ResourceApi(self._api_client))
-        return self._apis
-
-    @property
-    def _request_timeout(self) -> tuple[float, float]:
-        return (min(5.0, self.timeout), self.timeout)  # connect, read
-
-    def _served_version(self) -> str:
-        if self.version is None:
-            response = self._group.get_api_group(
-                _preload_content=False, _request_timeout=self._request_timeout
+    def _get(self, path: str, doing: str) -> Any:
+        """The JSON answer of one GET; ApiStatusError for an error status, ApiUnavailable otherwise."""
+        try:
+            return self._api.request(
+                "GET",
+                path,
+                timeout=(min(5.0, self.timeout), self.timeout),
+                throttle_budget=min(THROTTLE_BUDGET, self.timeout / 2),
             )
-            served = [str(v.get("version")) for v in json.loads(response.data).get("versions") or []]
+        except ApiStatusError:
+            raise
+        except ApiError as err:  # refused, timed out, not JSON
+            raise ApiUnavailable(f"cannot {doing}: {err}; {RETRY}", err.kind) from None
+
+    def _status_failed(self, doing: str, err: ApiStatusError) -> ApiUnavailable:
+        if err.status == 404:  # the path itself: the version went away (an upgrade); look it up again
+            self.version = None
+        return ApiUnavailable(f"cannot {doing}: {err}; {RETRY}", err.kind)
+
+    def _served_version(self, doing: str) -> str:
+        """The resource.k8s.io version to read, asked once; errors say they failed `doing` (the caller's)."""
+        if self.version is None:
+            try:
+                group = self._get(f"/apis/{GROUP}", doing)
+            except ApiStatusError as err:
+                raise self._status_failed(doing, err) from None
+            versions = group.get("versions") if isinstance(group, dict) else None
+            served = [str(v.get("version")) for v in versions or [] if isinstance(v, dict)]
             version = pick_version(served)
             if version is None:
                 raise ApiUnavailable(
-                    f"the API server serves no resource.k8s.io version this driver reads ({served}); {RETRY}"
+                    f"cannot {doing}: the API server serves no resource.k8s.io version this driver reads "
+                    f"({served}); {RETRY}",
+                    "other",
                 )
             self.version = version
         return self.version
@@ -125,62 +130,45 @@ class ClaimReader:
     def get(self, namespace: str, name: str, uid: str) -> AllocatedClaim:
         """The claim as allocated for this driver; ClaimError naming what is wrong. Blocking: use a thread."""
         what = f"claim {plain_id(namespace)}/{plain_id(name)}"
+        path = (
+            f"/apis/{GROUP}/{self._served_version(f'read {what}')}/namespaces/{quote(namespace, safe='')}"
+            f"/resourceclaims/{quote(name, safe='')}"
+        )
         try:
-            response = self._custom.get_namespaced_custom_object(
-                GROUP,
-                self._served_version(),
-                namespace,
-                "resourceclaims",
-                name,
-                _preload_content=False,
-                _request_timeout=self._request_timeout,
-            )
-            obj = json.loads(response.data)
-        except ApiException as err:
-            if err.status == 404 and _names_claim(err, name):
+            obj = self._get(path, f"read {what}")
+        except ApiStatusError as err:
+            if err.status == 404 and err.names("resourceclaims", name):
                 raise ClaimGone(f"{what} not found: it was deleted before it could be prepared") from None
-            raise self._failed(f"read {what}", err) from None
-        except (TransportError, OSError, ValueError) as err:
-            raise self._failed(f"read {what}", err) from None
+            raise self._status_failed(f"read {what}", err) from None
         if not isinstance(obj, dict):
-            raise ApiUnavailable(f"cannot read {what}: the API server answered no object; {RETRY}")
+            raise ApiUnavailable(f"cannot read {what}: the API server answered no object; {RETRY}", "other")
         return self.check(obj, namespace, name, uid)
 
     def on_node(self, pool: str) -> dict[str, dict[str, Any]]:
         """Every ResourceClaim (all namespaces) with an allocation result of this driver in `pool` (this
         node's), by UID: what the API server says is allocated here. ApiUnavailable when it cannot be asked.
         Blocking: use a thread."""
+        doing = "list the resourceclaims"
         try:
-            response = self._custom.list_cluster_custom_object(
-                GROUP,
-                self._served_version(),
-                "resourceclaims",
-                _preload_content=False,
-                _request_timeout=self._request_timeout,
-            )
-            items = json.loads(response.data).get("items") or []
-        except ApiException as err:
-            raise self._failed("list the resourceclaims", err) from None
-        except (TransportError, OSError, ValueError, AttributeError) as err:
-            raise self._failed("list the resourceclaims", err) from None
+            listed = self._get(f"/apis/{GROUP}/{self._served_version(doing)}/resourceclaims", doing)
+        except ApiStatusError as err:
+            raise self._status_failed(doing, err) from None
+        items = listed.get("items") if isinstance(listed, dict) else None
+        if not isinstance(items, list):
+            raise ApiUnavailable(f"cannot {doing}: the API server answered no list; {RETRY}", "other")
         out = {}
         for obj in items:
+            if not isinstance(obj, dict):
+                continue
             results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
                 "results"
             )
-            if any(r.get("driver") == self.driver_name and r.get("pool") == pool for r in results or []):
+            if any(
+                isinstance(r, dict) and r.get("driver") == self.driver_name and r.get("pool") == pool
+                for r in results or []
+            ):
                 out[str((obj.get("metadata") or {}).get("uid"))] = obj
         return out
-
-    def _failed(self, doing: str, err: Exception) -> ClaimError:
-        """The one-line error for a request that failed: what failed, why, and that it is retried."""
-        if isinstance(err, ApiException):
-            if err.status == 404:  # the path itself: the version went away (an upgrade); look it up again
-                self.version = None
-            why = f"the API server answered {err.status} {err.reason}"
-        else:
-            why = _transport_problem(err, self.timeout)
-        return ApiUnavailable(f"cannot {doing}: {why}; {RETRY}")
 
     def check(self, obj: dict[str, Any], namespace: str, name: str, uid: str) -> AllocatedClaim:
         what = f"claim {plain_id(namespace)}/{plain_id(name)}"
@@ -207,28 +195,3 @@ class ClaimReader:
         if not results:
             raise ClaimError(f"{what} has no devices of driver {self.driver_name}")
         return AllocatedClaim(namespace, name, uid, results, tuple(devices.get("config") or []))
-
-
-def _names_claim(err: ApiException, name: str) -> bool:
-    """A 404 about this claim (its Status names it), not about the path: a version the server no longer
-    serves answers 404 too, for every claim, and must not read as "every claim was deleted"."""
-    try:
-        details = json.loads(err.body or "{}").get("details") or {}
-    except (ValueError, AttributeError):
-        return False
-    return bool(details.get("kind") == "resourceclaims" and details.get("name") == name)
-
-
-def _transport_problem(err: Exception, timeout: float) -> str:
-    """What went wrong on the way to the API server, in a few words (urllib3 wraps the cause)."""
-    cause: BaseException = err.reason if isinstance(err, MaxRetryError) and err.reason else err
-    # Before timeouts: urllib3's NewConnectionError is a ConnectTimeoutError too (for compatibility).
-    if isinstance(cause, NewConnectionError | ConnectionRefusedError):
-        return "the API server refused the connection (is it down?)"
-    if isinstance(cause, TransportTimeout | TimeoutError):
-        return f"the API server did not answer within {timeout:g} s"
-    if isinstance(cause, ProtocolError | ConnectionError):
-        return "the connection to the API server was lost"
-    if isinstance(cause, ValueError):
-        return f"the API server's answer is not JSON ({cause})"
-    return f"the API server could not be reached ({type(cause).__name__}: {cause})"

@@ -42,17 +42,16 @@ def dra_cmd(verbose: bool, **params: Any) -> None:
         log.error("%s", err)
         sys.exit(1)
 
-    from kubernetes import client
-
     from kubegpu.dra.daemon import DraDaemon, StartupError
+    from kubegpu.dra.kubeapi import KubeClient
     from kubegpu.node.health import HealthSettings
     from kubegpu.node.nvml.backend import load_nvml
     from kubegpu.node.xids import XidCatalogError
     from kubegpu.settings.env import DaemonEnv, NvmlSelection
-    from kubegpu.settings.kubeconfig import load_configuration
+    from kubegpu.settings.kubeaccess import load_access
 
     try:
-        configuration = load_configuration(settings.kubeconfig)
+        api = KubeClient(load_access(settings.kubeconfig))
     except KubeconfigError as err:
         where = settings.kubeconfig or "the in-cluster config"
         log.error(
@@ -68,13 +67,12 @@ def dra_cmd(verbose: bool, **params: Any) -> None:
         skipped = env.disable_healthchecks
         ignored = replace(skipped, ids=skipped.ids | settings.driver.xids_to_ignore)
         health = HealthSettings.from_settings(replace(env, disable_healthchecks=ignored))
-        api_client = client.ApiClient(configuration)
         nvml = load_nvml(NvmlSelection.from_given(given, DRA))
     except (XidCatalogError, ConfigError, ValueError) as err:
         log.error("%s", err)
         sys.exit(1)
     try:
-        code = asyncio.run(DraDaemon(settings, nvml, health, api_client).run())
+        code = asyncio.run(DraDaemon(settings, nvml, health, api).run())
     except StartupError as err:
         log.error("%s", err)
         sys.exit(1)

@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-from kubernetes import client
 
 from kubegpu.allocation.resources import parse_mig_minors
 from kubegpu.common.backoff import Backoff
-from kubegpu.dra.api_errors import count_api_errors
 from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
@@ -37,13 +35,14 @@ from kubegpu.dra.devices import DraDevice, device_entries, device_table
 from kubegpu.dra.dynamic_mig import DynamicMig, dynamic_mig_enabled, read_tables
 from kubegpu.dra.events import DriverEvents, NoMetrics
 from kubegpu.dra.health_stream import HEALTH_NAMES, DraHealthService, HealthBroadcast, health_reports
+from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.metered import MeteredPreparer
 from kubegpu.dra.metrics_server import MetricsServer
 from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
 from kubegpu.dra.nvidia_flags import cdi_options, time_slicer
 from kubegpu.dra.prepare import Preparer
 from kubegpu.dra.publisher import SlicePublisher
-from kubegpu.dra.rebuild import clean_up, rebuild_forever
+from kubegpu.dra.rebuild import clean_up, rebuild, rebuild_forever
 from kubegpu.dra.service import KubeletServers
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
 from kubegpu.node.faults import FaultBook
@@ -91,12 +90,12 @@ class DraDaemon:
         settings: DraSettings,
         nvml: NvmlBackend,
         health: HealthSettings,
-        api_client: client.ApiClient,
+        api: KubeClient,
     ) -> None:
         self.settings = settings
         self.nvml = nvml
         self.health = health
-        self.api_client = api_client
+        self.api = api
         self.faults = FaultBook()  # outlives every health thread
         self.base = Inventory()
         self.published: list[dict[str, Any]] | None = None
@@ -146,7 +145,7 @@ class DraDaemon:
         with nvml_session(self.nvml):
             try:
                 self.base = await asyncio.to_thread(discover, self.nvml)
-                if dynamic_mig_enabled(s):
+                if dynamic_mig_enabled(s.driver.gates):
                     tables = await asyncio.to_thread(read_tables, self.nvml.nvml, self.base)
                     self.dynamic_mig = DynamicMig(self.nvml.nvml, tables)
             except pynvml.NVMLError as err:
@@ -169,7 +168,7 @@ class DraDaemon:
             specs = ClaimSpecs(s.cdi_root, s.driver_name, cdi_options(s.driver, _mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
-            reader = ClaimReader(self.api_client, s.driver_name, s.api_timeout)
+            reader = ClaimReader(self.api, s.driver_name, s.api_timeout)
             preparer = MeteredPreparer(
                 self.events,
                 driver_name=s.driver_name,
@@ -182,6 +181,7 @@ class DraDaemon:
                 gates=s.driver.gates,
                 timeslicer=time_slicer(s.driver),
             )
+            preparer.confirm = lambda: rebuild(preparer)  # a Prepare after a lost checkpoint asks first
             await preparer.recover()  # the specs the checkpoint does not name hold their devices
             if self.dynamic_mig is not None:  # MIG devices no prepared claim holds are destroyed
                 preparer.partitions = self.dynamic_mig
@@ -199,12 +199,7 @@ class DraDaemon:
             )
             self._install_signals()
             await servers.start()
-            # The client's API classes take seconds to import: in a thread, so that GetInfo (1 s budget) and
-            # Prepare are answered meanwhile.
-            publisher = await asyncio.to_thread(
-                SlicePublisher, self.api_client, driver_name=s.driver_name, node_name=s.node_name
-            )
-            await asyncio.to_thread(reader.warm)
+            publisher = SlicePublisher(self.api, driver_name=s.driver_name, node_name=s.node_name)
             self._publish(publisher)
             tasks = [
                 asyncio.create_task(self._supervised("slice publisher", publisher.run), name="publisher"),
@@ -249,7 +244,7 @@ class DraDaemon:
                 "(HTTP_ENDPOINT) to a free [host]:port, or leave it empty to serve none"
             ) from None
         self.events = metrics
-        count_api_errors(self.api_client, metrics)
+        self.api.on_error = metrics.api_error
         server.start()
         return server
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,15 +40,12 @@ from kubegpu.dra.partitions import (
 from kubegpu.node.discovery_mig import GI_PROFILE_COUNT, engines_of, gi_profile_name
 from kubegpu.node.inventory import Gpu, Inventory, MigDevice
 from kubegpu.node.nvml.backend import NvmlApi
+from kubegpu.settings.feature_gates import FeatureGates
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 NVMLError = pynvml.NVMLError
-
-# TODO(issue 21 item 1): read the DynamicMIG feature gate (`--feature-gates DynamicMIG=true`) here once
-# dra/feature_gates.py lands; until then this environment variable stands in for it.
-DYNAMIC_MIG_ENV = "KUBEGPU_DRA_DYNAMIC_MIG"
 
 # NVML_COMPUTE_INSTANCE_PROFILE_* of the compute instance that spans a GPU instance of n compute slices
 _FULL_CI_PROFILE = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
@@ -66,9 +62,9 @@ _NVML_TEXT = {
 }
 
 
-def dynamic_mig_enabled(settings: object = None) -> bool:
-    """Whether the DynamicMIG gate is on. The one place that decides it (see DYNAMIC_MIG_ENV)."""
-    return os.environ.get(DYNAMIC_MIG_ENV, "").strip().lower() == "true"
+def dynamic_mig_enabled(gates: FeatureGates) -> bool:
+    """Whether NVIDIA's DynamicMIG gate is on (`--feature-gates DynamicMIG=true`): the one place that asks."""
+    return gates["DynamicMIG"]
 
 
 def nvml_text(err: NVMLError) -> str:

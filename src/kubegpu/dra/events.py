@@ -3,12 +3,10 @@
 `DriverMetrics` (metrics.py) turns these reports into Prometheus series. It is built, and prometheus-client
 imported, only with `--http-endpoint` (HTTP_ENDPOINT): without an endpoint nobody can read the counters.
 
-Who calls what: the Prepare/Unprepare results and the prepared-claims count come from `MeteredPreparer`
-(metered.py), the devices by health from the daemon's health reports, `api_error` from the official
-client's REST layer (api_errors.py: every call the claim reader and the slice publisher make today).
-`checkpoint_rebuilt` and `claim_refused` are for the checkpoint's rebuild and Prepare's refusals to call,
-and `api_error` for a client that replaces the official one (see the kinds and reasons below); a kind or
-reason not listed is counted under "other".
+Who calls what: the Prepare/Unprepare results, the prepared-claims count, the rebuilds and the refusals come
+from `MeteredPreparer` (metered.py: the Preparer's own counts as they happen), the devices by health from
+the daemon's health reports, `api_error` from the light API client (kubeapi.py: every failed call the claim
+reader, the rebuild and the slice publisher make). A kind or reason not listed is counted under "other".
 """
 
 from __future__ import annotations
@@ -20,10 +18,13 @@ RESULTS = ("success", "error")
 HEALTH_STATES = ("Healthy", "Unhealthy", "Unknown")
 # An API call that failed: refused or reset connection, no answer in time, 5xx, 429, anything else.
 API_ERROR_KINDS = ("connection", "timeout", "server_error", "too_many_requests", "other")
-# Why the prepared claims were rebuilt from the CDI specs and the API server at start-up.
+# Why the prepared claims were rebuilt from the CDI specs and the API server: no checkpoint file at all,
+# neither copy readable, or CDI specs on disk that a readable checkpoint does not name.
 REBUILD_REASONS = ("missing", "unreadable", "other")
-# Why a claim of a call was refused without being prepared.
-REFUSAL_REASONS = ("duplicate_uid", "device_in_use", "too_many_claims", "other")
+# Why a claim was refused without being prepared or unprepared: its UID twice in one call, a device another
+# claim holds, a call over the claim limit (each of its claims), a body that does not decode (once: its
+# claims are unknown), no UID or a UID sent with another claim's namespace and name ("other").
+REFUSAL_REASONS = ("duplicate_uid", "device_in_use", "too_many_claims", "undecodable", "other")
 
 
 class DriverEvents(Protocol):

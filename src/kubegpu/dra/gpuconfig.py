@@ -24,9 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.common.quantity import QuantityError, value
+
+if TYPE_CHECKING:
+    from kubegpu.dra.claims import AllocatedClaim
+    from kubegpu.dra.devices import DraDevice
 
 API_VERSION = "resource.nvidia.com/v1beta1"
 GPU_CONFIG = "GpuConfig"
@@ -206,4 +210,26 @@ def configs_for_results(
         for request in targets:
             # A subrequest ("req/sub") config applies to results of that subrequest only.
             out[request] = parsed
+    return out
+
+
+def sharing_of(
+    claim: AllocatedClaim, picked: Sequence[DraDevice], driver_name: str
+) -> dict[str, Sharing | None]:
+    """The sharing config of each device picked for `claim`'s results (by device name); ConfigError for a
+    config that does not fit the device it applies to."""
+    configs = configs_for_results(claim.configs, driver_name, [r.request for r in claim.results])
+    out: dict[str, Sharing | None] = {}
+    for result, device in zip(claim.results, picked, strict=True):
+        config: DeviceConfig | None = configs.get(result.request) or configs.get(result.request_name)
+        if config is None:
+            out.setdefault(device.name, None)
+            continue
+        wanted = MIG_CONFIG if device.mig else GPU_CONFIG
+        if config.kind != wanted:
+            raise ConfigError(
+                f"claim {claim.namespace}/{claim.name}: a {config.kind} cannot configure "
+                f"{device.kind.upper()} device {device.name} (request {result.request}): use {wanted}"
+            )
+        out[device.name] = config.sharing
     return out

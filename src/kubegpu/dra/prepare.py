@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -35,14 +35,7 @@ from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
 from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
-from kubegpu.dra.gpuconfig import (
-    GPU_CONFIG,
-    MIG_CONFIG,
-    ConfigError,
-    DeviceConfig,
-    Sharing,
-    configs_for_results,
-)
+from kubegpu.dra.gpuconfig import ConfigError, sharing_of
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
 from kubegpu.dra.sharing_gates import check_strategy
 from kubegpu.dra.timeslicing import TimeSliceError, TimeSlicer, time_sliced_uuids
@@ -97,7 +90,17 @@ class Preparer:
         # Specs on disk that no checkpoint entry names, by claim UID, with the devices each names: claims
         # prepared before the checkpoint was lost. Their devices stay held until `rebuild` settles them.
         self.orphans: dict[str, tuple[str, ...]] = {}
-        self.orphans_found = asyncio.Event()
+        self.orphans_found = asyncio.Event()  # set when there is something to rebuild (`rebuild_forever`)
+        # Why the claims prepared here must be rebuilt from the API server (`events.REBUILD_REASONS`), until
+        # it answered once: the checkpoint is unreadable or missing (a spec may be lost with it, so only the
+        # API server knows every claim allocated here), or specs on disk are not in it. Meanwhile new claims
+        # are refused, not risked on a device a claim nobody knows of may hold.
+        self.lost: str | None = None
+        # Asked once before such a refusal: the rebuild itself (rebuild.py; wired by the daemon).
+        self.confirm: Callable[[], Awaitable[int]] | None = None
+        # Claims the kubelet unprepared while `lost`: the API server may still list them as reserved (the
+        # reservation goes when the pod is gone), and they must not be prepared again from it.
+        self.released: set[str] = set()
         self._scanned = False
         self.settled: Counter[str] = Counter()  # orphans "rebuilt" or "removed" (`rebuild`), for metrics
         self._serial = asyncio.Lock()
@@ -128,6 +131,10 @@ class Preparer:
     def _find_orphans(self) -> None:
         self._scanned = True
         self.orphans = self.specs.on_disk(known=self.checkpoint.claims)
+        how = self._lost_how()
+        if how is not None and self.lost is None:
+            self.lost = how
+            self.orphans_found.set()
         if self.orphans:
             log.warning(
                 "%d CDI spec(s) on disk belong to claims the checkpoint does not name (%s): their devices "
@@ -138,6 +145,17 @@ class Preparer:
                 ),
             )
             self.orphans_found.set()
+
+    def _lost_how(self) -> str | None:
+        """Why claims must be rebuilt (`events.REBUILD_REASONS`), or None."""
+        if self.checkpoint.lost:
+            return "unreadable"
+        if not (self.checkpoint.path.exists() or self.checkpoint.copy_path.exists()):
+            return "missing"
+        return "other" if self.orphans else None
+
+    def rebuilding(self, reason: str) -> None:
+        """Claims prepared before the checkpoint was lost were rebuilt (counted by `MeteredPreparer`)."""
 
     async def recover(self) -> None:
         """At start-up, before serving: find the orphans (the checkpoint was loaded by the caller). When
@@ -172,11 +190,34 @@ class Preparer:
             unread = [ref for ref in todo if not self._answered_from_checkpoint(ref, out)]
         if not unread:
             return
+        if self.lost is not None and not await self._confirmed(unread, out):
+            return
         read = await self._read_all(unread)
         async with self.locked():
             for ref in unread:  # another call may have prepared it meanwhile: look again
                 if not self._answered_from_checkpoint(ref, out):
                     out[ref.uid] = self._prepare_read(ref, read[ref.uid])
+
+    async def _confirmed(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> bool:
+        """After a lost checkpoint, rebuild first; False (each claim refused, the kubelet retries) while the
+        API server cannot say which claims this node holds."""
+        why = "the API server has not been asked yet"
+        if self.confirm is not None:
+            try:
+                await asyncio.wait_for(self.confirm(), self.reader.timeout)
+            except (ClaimError, LockTimeout, TimeoutError) as err:
+                why = str(err).removesuffix(f"; {RETRY}") or (
+                    f"the API server did not answer within {self.reader.timeout:g} s"
+                )
+        if self.lost is None:
+            return True
+        for ref in refs:
+            out[ref.uid] = Outcome(
+                error=f"{ref.describe()}: not prepared yet: the driver's checkpoint was lost and the claims "
+                f"prepared on this node are not yet rebuilt from the API server ({why}); {RETRY}",
+                kind="rebuilding",
+            )
+        return False
 
     def _answered_from_checkpoint(self, ref: ClaimRef, out: dict[str, Outcome]) -> bool:
         known = self.checkpoint.claims.get(ref.uid)
@@ -266,7 +307,10 @@ class Preparer:
             if not result.admin_access:
                 self._check_free(what, claim.uid, result.device)
             picked.append(device)
-        sharing = self._sharing(claim, picked)
+        sharing = sharing_of(claim, picked, self.driver_name)
+        for chosen in sharing.values():
+            if chosen is not None:
+                check_strategy(chosen, self.gates)  # NVIDIA's gates: MPS and time-slicing need theirs
         if self.timeslicer is not None:  # before anything is recorded: a failure leaves nothing behind
             self.timeslicer.apply(claim.uid, [r.request for r in claim.results], picked, sharing)
         prepared = tuple(
@@ -316,27 +360,6 @@ class Preparer:
                     f"{RETRY}"
                 )
 
-    def _sharing(self, claim: AllocatedClaim, picked: list[DraDevice]) -> dict[str, Sharing | None]:
-        """The sharing config of each picked device (by device name); ConfigError for a config that does
-        not fit the device it applies to."""
-        configs = configs_for_results(claim.configs, self.driver_name, [r.request for r in claim.results])
-        out: dict[str, Sharing | None] = {}
-        for result, device in zip(claim.results, picked, strict=True):
-            config: DeviceConfig | None = configs.get(result.request) or configs.get(result.request_name)
-            if config is None:
-                out.setdefault(device.name, None)
-                continue
-            wanted = MIG_CONFIG if device.mig else GPU_CONFIG
-            if config.kind != wanted:
-                raise ConfigError(
-                    f"claim {claim.namespace}/{claim.name}: a {config.kind} cannot configure "
-                    f"{device.kind.upper()} "
-                    f"device {device.name} (request {result.request}): use {wanted}"
-                )
-            check_strategy(config.sharing, self.gates)
-            out[device.name] = config.sharing
-        return out
-
     # ---- Unprepare ---------------------------------------------------------------------------------------
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
@@ -361,6 +384,8 @@ class Preparer:
         if known is not None and (known.namespace, known.name) != (ref.namespace, ref.name):
             return _not_this_claim(ref, known, "nothing was unprepared")
         orphan = ref.uid in self.orphans
+        if self.lost is not None:
+            self.released.add(ref.uid)
         if known is None and not orphan:
             log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
             return None

@@ -10,8 +10,11 @@ which ResourceClaims are allocated on this node for this driver:
   rewritten as it was) and checkpointed as PrepareCompleted, so Unprepare and Prepare work as before;
 - not there, or no longer allocated or reserved for a pod: its spec is removed (no pod can use it).
 
-Until the API server answers, the orphans stay (retried with a capped back-off), and an Unprepare of one
-removes its spec by UID.
+A spec can be lost with the checkpoint (the plugin directory and the CDI root wiped): when the checkpoint
+is unreadable or missing, every claim the API server has allocated here and reserved for a pod is prepared
+again the same way, spec or not. Until the API server has answered once, the Preparer refuses new claims
+(per claim; the kubelet retries) rather than risk a device such a claim holds. The orphans stay until then
+(retried with a capped back-off), and an Unprepare of one removes its spec by UID.
 
 `clean_up` unprepares the checkpointed claims whose ResourceClaim is gone while nobody told the driver, as
 NVIDIA's checkpoint cleanup does.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from kubegpu.common.backoff import Backoff
 from kubegpu.common.log_throttle import LogThrottle
@@ -35,47 +39,68 @@ WAITING = LogThrottle(log, interval_s=60.0, burst=1)  # an outage retries every 
 
 
 async def rebuild(preparer: Preparer) -> int:
-    """Settle the orphans once; the number settled. ApiUnavailable when the API server cannot be asked."""
-    if not preparer.orphans:
+    """Settle what the lost checkpoint left unknown, once; the number of claims settled. ApiUnavailable when
+    the API server cannot be asked (nothing changes then)."""
+    if preparer.lost is None and not preparer.orphans:
         return 0
     listed = await asyncio.to_thread(preparer.reader.on_node, preparer.node_name)
     settled = 0
     async with preparer.locked():
         for uid in list(preparer.orphans):
-            obj = listed.get(uid)
-            if obj is None:
-                preparer.forget_orphan(
-                    uid, "the API server has no claim with this UID allocated on this node"
-                )
-                settled += 1
-                continue
-            meta = obj.get("metadata") or {}
-            try:
-                claim = preparer.reader.check(obj, str(meta.get("namespace")), str(meta.get("name")), uid)
-            except ClaimError as err:
-                preparer.forget_orphan(uid, str(err))
-                settled += 1
-                continue
-            try:
-                preparer.prepare_allocated(claim)
-            except (ClaimError, ConfigError, OSError) as err:
-                log.error("cannot rebuild claim %s/%s (%s) from the API server: %s", claim.namespace,
-                          claim.name, uid, err)  # fmt: skip
-                continue
-            log.info("rebuilt claim %s/%s (%s) from its CDI spec and the API server", claim.namespace,
-                     claim.name, uid)  # fmt: skip
-            preparer.settled["rebuilt"] += 1
-            settled += 1
+            settled += _settle_orphan(preparer, uid, listed.get(uid))
+        if preparer.lost in ("missing", "unreadable"):
+            # The checkpoint says nothing, and a claim's spec may be lost with it: every claim the API server
+            # has allocated here and reserved for a pod holds its devices, prepared again; not those the
+            # kubelet unprepared meanwhile (their reservation may just not be gone yet).
+            for uid, obj in listed.items():
+                if uid not in preparer.checkpoint.claims and uid not in preparer.released:
+                    settled += _prepare_again(preparer, uid, obj, "the API server")
+        reason, preparer.lost = preparer.lost, None
+        preparer.released.clear()
+    if settled:
+        preparer.rebuilding(reason or "other")
     return settled
 
 
+def _settle_orphan(preparer: Preparer, uid: str, obj: dict[str, Any] | None) -> int:
+    if obj is None:
+        preparer.forget_orphan(uid, "the API server has no claim with this UID allocated on this node")
+        return 1
+    meta = obj.get("metadata") or {}
+    try:
+        preparer.reader.check(obj, str(meta.get("namespace")), str(meta.get("name")), uid)
+    except ClaimError as err:
+        preparer.forget_orphan(uid, str(err))
+        return 1
+    return int(_prepare_again(preparer, uid, obj, "its CDI spec and the API server"))
+
+
+def _prepare_again(preparer: Preparer, uid: str, obj: dict[str, Any], source: str) -> bool:
+    """Prepare a claim the API server has allocated here as it was; False when it cannot be (logged)."""
+    meta = obj.get("metadata") or {}
+    try:
+        claim = preparer.reader.check(obj, str(meta.get("namespace")), str(meta.get("name")), uid)
+    except ClaimError:
+        return False  # not reserved for a pod (yet): the kubelet prepares it when it runs one
+    try:
+        preparer.prepare_allocated(claim)
+    except (ClaimError, ConfigError, OSError) as err:
+        log.error("cannot rebuild claim %s/%s (%s) from %s: %s", claim.namespace, claim.name, uid, source,
+                  err)  # fmt: skip
+        return False
+    log.info("rebuilt claim %s/%s (%s) from %s", claim.namespace, claim.name, uid, source)
+    preparer.settled["rebuilt"] += 1
+    return True
+
+
 async def rebuild_forever(preparer: Preparer) -> None:
-    """Whenever orphans are found, settle them, retrying while the API server does not answer."""
+    """Whenever the checkpoint is found lost or orphans are found, settle them, retrying while the API
+    server does not answer."""
     backoff = Backoff(initial=0.5, maximum=5.0)
     while True:
         await preparer.orphans_found.wait()
         preparer.orphans_found.clear()
-        while preparer.orphans:
+        while preparer.lost is not None or preparer.orphans:
             try:
                 await rebuild(preparer)
             except (ApiUnavailable, LockTimeout) as err:
@@ -83,7 +108,7 @@ async def rebuild_forever(preparer: Preparer) -> None:
                     logging.INFO, "waiting", "claims prepared before the checkpoint was lost are not rebuilt "
                     "yet: %s", err
                 )  # fmt: skip
-            if preparer.orphans:  # the API server did not answer, or a claim could not be prepared again
+            if preparer.lost is not None or preparer.orphans:  # no answer, or a claim not prepared again
                 await asyncio.sleep(backoff.next_delay())
         backoff.reset()
 

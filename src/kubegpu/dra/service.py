@@ -68,7 +68,7 @@ class _DraService(dra_v1_grpc.DRAPluginServicer):
         message = too_many(len(request.claims))
         if message is None:
             return False
-        self.preparer.failures.counts["too-many"] += len(request.claims)
+        self.preparer.failures.count({"too-many": len(request.claims)})
         TOO_MANY.warning(rpc, "refusing %s: %s", rpc, message)
         context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
         context.set_details(message)
@@ -183,6 +183,7 @@ class KubeletServers:
 
     def _refused(self, method: str, request: lenient.Undecodable) -> None:
         self.undecodable_bodies += 1
+        self.preparer.failures.count({"undecodable": 1})  # its claims are unknown: the call counts once
         UNDECODABLE.warning("undecodable", "refusing %s: %s", method, request.describe())
 
     def _add_dra(self, server: grpc.aio.Server) -> None:

@@ -186,7 +186,7 @@ class _Search:
         self.results: list[list[_Result]] = [[] for _ in allocator.claims]
         self.selected_sub: dict[tuple[int, int], int] = {}
         self._matches: dict[tuple[Any, ...], bool] = {}
-        self._activations: dict[DeviceID, dict[str, Any]] = {}
+        self._activations: dict[DeviceID, Mapping[str, Any]] = {}
         self.counters = CounterLedger(allocator.holdings.is_allocated)
         self.allocating_capacity: dict[DeviceID, list[Mapping[str, int]]] = {}
 
@@ -462,7 +462,7 @@ class _Search:
 
     # ---- selection --------------------------------------------------------------------------------
 
-    def activation(self, device_id: DeviceID, device: Device) -> dict[str, Any]:
+    def activation(self, device_id: DeviceID, device: Device) -> Mapping[str, Any]:
         if device_id not in self._activations:
             try:
                 self._activations[device_id] = device_activation(

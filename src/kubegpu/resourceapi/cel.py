@@ -66,19 +66,46 @@ class _DomainMap(celtypes.MapType):
         return celtypes.MapType()
 
 
-def _attribute_value(value: Mapping[str, Any]) -> Any:
+def _plain_value(value: Mapping[str, Any]) -> tuple[str, Any]:
+    """An attribute value as (kind, Python value): what its CEL value is made of."""
     if "int" in value:
-        return celtypes.IntType(int(value["int"]))
+        return "int", int(value["int"])
     if "bool" in value:
-        return celtypes.BoolType(bool(value["bool"]))
+        return "bool", bool(value["bool"])
     if "string" in value:
-        return celtypes.StringType(str(value["string"]))
+        return "string", str(value["string"])
     if "version" in value:
-        parsed = parse_semver(value["version"])
-        if parsed is None:
-            raise CelError(f"parse semantic version: {value['version']!r} is not a semantic version")
-        return Semver(parsed)
+        return "version", value["version"]
     raise CelError("unsupported attribute value")
+
+
+@lru_cache(maxsize=4096)
+def _cel_value(kind: str, value: Any) -> Any:
+    """The CEL value of one attribute value; made once per distinct value (they are immutable, and a cluster
+    repeats the same few on every device: parsing a semantic version costs more than the rest)."""
+    if kind == "int":
+        return celtypes.IntType(value)
+    if kind == "bool":
+        return celtypes.BoolType(value)
+    if kind == "string":
+        return celtypes.StringType(value)
+    parsed = parse_semver(value)
+    if parsed is None:
+        raise CelError(f"parse semantic version: {value!r} is not a semantic version")
+    return Semver(parsed)
+
+
+def _attribute_value(value: Mapping[str, Any]) -> Any:
+    kind, plain = _plain_value(value)
+    try:
+        return _cel_value(kind, plain)
+    except TypeError:  # an unhashable value (a malformed object): made without the cache
+        return _cel_value.__wrapped__(kind, plain)
+
+
+@lru_cache(maxsize=4096)
+def _capacity_value(text: str) -> Quantity:
+    return Quantity(text)
 
 
 def _split_name(name: str, driver: str) -> tuple[str, str]:
@@ -86,57 +113,120 @@ def _split_name(name: str, driver: str) -> tuple[str, str]:
     return (domain or driver), ident
 
 
+class DeviceActivation(Mapping[str, Any]):
+    """The `device` variable of one device: its CEL map is assembled only when an expression is evaluated
+    on it. A selector that reads only named attributes and capacities finds its remembered answer from
+    `plain()` values instead (a cluster repeats the same GPU model: most devices never need their map)."""
+
+    __slots__ = ("_attributes", "_capacity", "_device", "answers", "driver")
+
+    def __init__(
+        self,
+        driver: str,
+        attributes: Mapping[str, Mapping[str, Any]],
+        capacity: Mapping[str, Mapping[str, Any]],
+    ) -> None:
+        for name, value in attributes.items():  # a value CEL cannot take fails now, whatever reads it
+            if "int" in value:
+                if type(value["int"]) is not int:
+                    int(value["int"])  # as _plain_value converts it (and fails)
+            elif "bool" in value or "string" in value:
+                pass
+            else:
+                try:
+                    _attribute_value(value)  # a version (parsed once per distinct text), or unsupported
+                except CelError as err:
+                    raise CelError(f"attribute {name}: {err}") from None
+        self.driver = driver
+        self._attributes = attributes
+        self._capacity = capacity
+        self._device: celtypes.MapType | None = None
+        self.answers: dict[str, bool | str] = {}  # each selector's answer (or error) for this device
+
+    @property
+    def device(self) -> celtypes.MapType:
+        if self._device is None:
+            self._device = self._assemble()
+        return self._device
+
+    def plain(self, what: str, domain: str, name: str) -> Any:
+        """device.<what>[domain][name] as plain (kind, value), or _MISSING; the same key as the map has."""
+        raw = self._attributes if what == "attributes" else self._capacity
+        if "/" in name:
+            return _MISSING  # a name with a slash splits into another domain: no such key in the map
+        names = [
+            k
+            for k in (
+                (f"{domain}/{name}", name, f"/{name}") if domain == self.driver else (f"{domain}/{name}",)
+            )
+            if k in raw
+        ]
+        if not names:
+            return _MISSING
+        if len(names) > 1:  # "x" and "<driver>/x" both: the map keeps the later one
+            order = {k: i for i, k in enumerate(raw)}
+            names.sort(key=order.__getitem__)
+        value = raw[names[-1]]
+        return _plain_value(value) if what == "attributes" else ("quantity", str(value.get("value")))
+
+    def _assemble(self) -> celtypes.MapType:
+        maps: dict[str, dict[str, celtypes.MapType]] = {"attributes": {}, "capacity": {}}
+        for name, value in self._attributes.items():
+            domain, ident = _split_name(name, self.driver)
+            maps["attributes"].setdefault(domain, celtypes.MapType())[celtypes.StringType(ident)] = (
+                _attribute_value(value)
+            )
+        for name, value in self._capacity.items():
+            domain, ident = _split_name(name, self.driver)
+            # Quantity is a CEL value of its own (an opaque type with methods), which celpy's MapType accepts
+            # at run time but its annotations do not list.
+            maps["capacity"].setdefault(domain, celtypes.MapType())[celtypes.StringType(ident)] = (
+                _capacity_value(str(value.get("value")))  # type: ignore[assignment]
+            )
+        return celtypes.MapType(
+            {
+                celtypes.StringType("driver"): celtypes.StringType(self.driver),
+                **{
+                    celtypes.StringType(what): _DomainMap({celtypes.StringType(k): v for k, v in by.items()})
+                    for what, by in maps.items()
+                },
+            }
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        if key != "device":
+            raise KeyError(key)
+        return self.device
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("device",))
+
+    def __len__(self) -> int:
+        return 1
+
+
 # Activations of the devices seen last, by the identity of their (immutable) attribute and capacity maps:
-# explain and the allocator judge the same device objects on every pass; building one costs ~0.5 ms.
-_ACTIVATIONS: dict[tuple[str, int, int], tuple[Any, Any, dict[str, Any]]] = {}
+# explain and the allocator judge the same device objects on every pass.
+_ACTIVATIONS: dict[tuple[str, int, int], tuple[Any, Any, DeviceActivation]] = {}
 _ACTIVATIONS_LIMIT = 65536
 
 
 def device_activation(
     driver: str, attributes: Mapping[str, Mapping[str, Any]], capacity: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Any]:
+) -> DeviceActivation:
     """The `device` variable for one device (v1 shapes: attributes {name: {int|bool|string|version}},
     capacity {name: {value}}). Build it once per device and reuse it for every selector; the same maps
-    (the same objects) give the same activation back without building it again."""
+    (the same objects) give the same activation back without building it again. CelError for a value CEL
+    cannot take (an invalid semantic version)."""
     key = (driver, id(attributes), id(capacity))
     cached = _ACTIVATIONS.get(key)
     if cached is not None and cached[0] is attributes and cached[1] is capacity:
         return cached[2]
-    activation = _build_activation(driver, attributes, capacity)
+    activation = DeviceActivation(driver, attributes, capacity)
     if len(_ACTIVATIONS) >= _ACTIVATIONS_LIMIT:
         _ACTIVATIONS.clear()
     _ACTIVATIONS[key] = (attributes, capacity, activation)  # holding the maps keeps their ids unique
     return activation
-
-
-def _build_activation(
-    driver: str, attributes: Mapping[str, Mapping[str, Any]], capacity: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Any]:
-    attrs: dict[str, celtypes.MapType] = {}
-    for name, value in attributes.items():
-        domain, ident = _split_name(name, driver)
-        try:
-            attrs.setdefault(domain, celtypes.MapType())[celtypes.StringType(ident)] = _attribute_value(value)
-        except CelError as err:
-            raise CelError(f"attribute {name}: {err}") from None
-    caps: dict[str, celtypes.MapType] = {}
-    for name, value in capacity.items():
-        domain, ident = _split_name(name, driver)
-        # Quantity is a CEL value of its own (an opaque type with methods), which celpy's MapType accepts
-        # at run time but its annotations do not list.
-        caps.setdefault(domain, celtypes.MapType())[celtypes.StringType(ident)] = Quantity(  # type: ignore[assignment]
-            str(value.get("value"))
-        )
-    device = celtypes.MapType(
-        {
-            celtypes.StringType("driver"): celtypes.StringType(driver),
-            celtypes.StringType("attributes"): _DomainMap(
-                {celtypes.StringType(k): v for k, v in attrs.items()}
-            ),
-            celtypes.StringType("capacity"): _DomainMap({celtypes.StringType(k): v for k, v in caps.items()}),
-        }
-    )
-    return {"device": device}
 
 
 # ---- compiling and evaluating ------------------------------------------------------------------
@@ -270,8 +360,12 @@ class Selector:
     _memo: dict[Any, bool | str] = field(default_factory=dict, compare=False, repr=False)
 
     def _key(self, activation: Mapping[str, Any]) -> Any:
+        if self._reads is None:
+            return None
+        if isinstance(activation, DeviceActivation):  # plain values: no CEL map is assembled for a hit
+            return (activation.driver, *(activation.plain(*read) for read in self._reads))
         device = activation.get("device")
-        if self._reads is None or not isinstance(device, celtypes.MapType):
+        if not isinstance(device, celtypes.MapType):
             return None
         values: list[Any] = [dict.get(device, celtypes.StringType("driver"))]
         for what, domain, name in self._reads:
@@ -290,6 +384,20 @@ class Selector:
 
     def matches(self, activation: Mapping[str, Any]) -> bool:
         """True/False, or CelError for an evaluation error or a non-bool result (allocation aborts)."""
+        if isinstance(activation, DeviceActivation):  # explain and the allocator ask about the same device
+            answer = activation.answers.get(self.expression)
+            if answer is None:
+                try:
+                    answer = self._matches(activation)
+                except CelError as err:
+                    answer = str(err)
+                activation.answers[self.expression] = answer
+            if isinstance(answer, str):
+                raise CelError(answer)
+            return answer
+        return self._matches(activation)
+
+    def _matches(self, activation: Mapping[str, Any]) -> bool:
         key = self._key(activation)
         if key is not None and key in self._memo:
             known = self._memo[key]

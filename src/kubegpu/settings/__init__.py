@@ -5,7 +5,8 @@ every command (`setting`: the `Setting` type, `table`: the declarations), read a
 (`given`, `values`) into typed values (`env`: the daemon's env settings and NVML selection); Go-compatible
 value parsing (`goparse`, `goduration`); the config file's schema and parsing (`nvidia_config`,
 `nvidia_sharing`); NVIDIA's precedence (`flags`) and the merged, validated plugin settings (`plugin`); the
-start-up report and the README tables generated from the table (`report`, `docs`).
+start-up report and the README tables generated from the table (`report`, `docs`); a kubeconfig's checks
+(`kubeconfig`) and the API access it or a pod's service account gives (`kubeaccess`).
 
 The bottom of the import graph: imports nothing of kubegpu but `common`. Everything else reads settings
 from here; nothing else parses a flag, an env var or the config file.

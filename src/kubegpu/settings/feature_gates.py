@@ -48,8 +48,9 @@ GATES: tuple[Gate, ...] = (
          "ComputeDomain driver only; accepted, no effect on GPUs (as in NVIDIA's GPU plugin)"),
     Gate("PassthroughSupport", False, "Alpha", "0.3", "gpu", False,
          "VFIO devices `gpu-vfio-<i>`, a GPU bound to vfio-pci at Prepare"),
-    Gate("DynamicMIG", False, "Alpha", "0.3", "gpu", False,
-         "every possible MIG partition published with shared counters, created at Prepare"),
+    Gate("DynamicMIG", False, "Alpha", "0.3", "gpu", True,
+         "every possible MIG partition published with shared counters, created at Prepare; MIG mode is never "
+         "toggled"),
     Gate("NVMLDeviceHealthCheck", False, "Alpha", "0.3", "gpu", True,
          "XID taints; kubegpu watches device health whatever this gate says"),
     Gate("ComputeDomainCliques", True, "Beta", "0.3", "compute-domain", True,

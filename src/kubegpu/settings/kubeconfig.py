@@ -1,4 +1,5 @@
-"""A kubeconfig checked before the Kubernetes client reads it, and the client configuration built from it.
+"""A kubeconfig checked before the Kubernetes client reads it, and the client configuration built from it
+(the official client's, for the tools; the DRA driver reads the same files through `kubeaccess`).
 
 The Python client reads a kubeconfig whole and parses it with PyYAML, which expands aliases as it builds
 objects: a wrong path (/dev/zero) or an alias bomb would exhaust the process before any error. kubectl and
@@ -11,19 +12,16 @@ from __future__ import annotations
 
 import codecs
 import os
-from typing import Any
-
-import yaml
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.common.files import MIB, FileProblem, decode_text, read_bytes
-from kubegpu.settings.goyaml import GoYamlError
-from kubegpu.settings.goyaml import load as load_yaml
 
 # Large kubeconfigs hold thousands of contexts with embedded certificates: a few MB.
 KUBECONFIG_LIMIT = 16 * MIB
 KUBECONFIG_NODES = 200_000
+
+if TYPE_CHECKING:  # the client is imported only by who builds its configuration (not the DRA driver)
+    from kubernetes import client
 
 
 class KubeconfigError(ValueError):
@@ -31,40 +29,52 @@ class KubeconfigError(ValueError):
 
 
 def check_kubeconfig(paths: str) -> None:
-    """Check each file of `paths` (one path, or several joined by ':' as in KUBECONFIG) that exists: read
-    within the limit, UTF-8 (the Python client reads no other encoding), one YAML document, and the shape
-    the client indexes into (lists of named clusters, contexts and users), so that no file makes the client
-    fail with a TypeError deep inside it."""
+    """Check each file of `paths` (one path, or several joined by ':' as in KUBECONFIG) that exists."""
     for path in paths.split(os.pathsep):
         path = os.path.expanduser(path)
         if not path or not os.path.exists(path):
             continue  # the client reports a missing file in its own words
-        try:
-            data = read_bytes(path, limit=KUBECONFIG_LIMIT, what="kubeconfig")
-            if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-                raise KubeconfigError(
-                    f"invalid kubeconfig {path}: is UTF-16 or UTF-32 text, which the Kubernetes client "
-                    "cannot read; save it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)"
-                )
-            text = decode_text(data, path, what="kubeconfig")
-            document = load_yaml(text, max_nodes=KUBECONFIG_NODES)
-        except FileProblem as err:
-            raise KubeconfigError(f"invalid kubeconfig {err}") from err
-        except GoYamlError as err:
-            where = f" (line {err.line}, column {err.column})" if err.line else ""
-            raise KubeconfigError(f"invalid kubeconfig {path}: {err}{where}; fix or regenerate it") from err
-        if _documents(text) > 1:
+        read_kubeconfig(path)
+
+
+def read_kubeconfig(path: str) -> Any:
+    """The parsed kubeconfig at `path`; KubeconfigError naming the problem and the fix. Read within the
+    limit, UTF-8 (the Python client reads no other encoding), one YAML document, and the shape the clients
+    index into (lists of named clusters, contexts and users), so that no file makes a client fail with a
+    TypeError deep inside it."""
+    # The YAML reader (2.7 MB resident) only with a kubeconfig: a pod using its service account needs none.
+    from kubegpu.settings.goyaml import GoYamlError
+    from kubegpu.settings.goyaml import load as load_yaml
+
+    try:
+        data = read_bytes(path, limit=KUBECONFIG_LIMIT, what="kubeconfig")
+        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
             raise KubeconfigError(
-                f"invalid kubeconfig {path}: holds more than one YAML document; a kubeconfig is one "
-                "(remove the '---' line and what follows it)"
+                f"invalid kubeconfig {path}: is UTF-16 or UTF-32 text, which the Kubernetes client "
+                "cannot read; save it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)"
             )
-        problem = shape_problem(document.value)
-        if problem:
-            raise KubeconfigError(f"invalid kubeconfig {path}: {problem}; fix or regenerate it")
+        text = decode_text(data, path, what="kubeconfig")
+        document = load_yaml(text, max_nodes=KUBECONFIG_NODES)
+    except FileProblem as err:
+        raise KubeconfigError(f"invalid kubeconfig {err}") from err
+    except GoYamlError as err:
+        where = f" (line {err.line}, column {err.column})" if err.line else ""
+        raise KubeconfigError(f"invalid kubeconfig {path}: {err}{where}; fix or regenerate it") from err
+    if _documents(text) > 1:
+        raise KubeconfigError(
+            f"invalid kubeconfig {path}: holds more than one YAML document; a kubeconfig is one "
+            "(remove the '---' line and what follows it)"
+        )
+    problem = shape_problem(document.value)
+    if problem:
+        raise KubeconfigError(f"invalid kubeconfig {path}: {problem}; fix or regenerate it")
+    return document.value
 
 
 def _documents(text: str) -> int:
     """How many YAML documents `text` holds, counted up to 2 (parser events only: no alias is expanded)."""
+    import yaml  # PyYAML's event parser, with the kubeconfig reader only
+
     count = 0
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
@@ -120,6 +130,9 @@ def load_configuration(kubeconfig: str) -> client.Configuration:
     Its own Configuration object, not the client's process-wide default, so that several clients (tests)
     can coexist; and no urllib3 retries underneath: callers retry with back-off and log each failure once.
     """
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = client.Configuration()
     try:
         if kubeconfig:
