@@ -37,6 +37,7 @@ def imported_modules(log: str) -> set[str]:
 async def test_the_driver_never_imports_the_kubernetes_client() -> None:
     async with DraNode("t4-pcie", env={"PYTHONPROFILEIMPORTTIME": "1"}) as node:
         node.start_driver()
+        await node.wait_registered()  # the kubelet prepares only through a registered driver
         await node.wait_published(4)  # the T4 node's four GPUs
         assert node.sim is not None
         pod = claim_pod("train", "c1")
