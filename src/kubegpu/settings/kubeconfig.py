@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import codecs
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
 
 from kubegpu.common.files import MIB, FileProblem, decode_text, read_bytes
 from kubegpu.settings.goyaml import GoYamlError
 from kubegpu.settings.goyaml import load as load_yaml
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 # Large kubeconfigs hold thousands of contexts with embedded certificates: a few MB.
 KUBECONFIG_LIMIT = 16 * MIB
@@ -120,6 +121,11 @@ def load_configuration(kubeconfig: str) -> client.Configuration:
     Its own Configuration object, not the client's process-wide default, so that several clients (tests)
     can coexist; and no urllib3 retries underneath: callers retry with back-off and log each failure once.
     """
+    # The client library loads here, not with this module: 0.6 s that a command checking a kubeconfig, or
+    # `lint` of a file, does not need.
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = client.Configuration()
     try:
         if kubeconfig:
