@@ -51,6 +51,22 @@ class Target:
 
 
 DAEMON = "kubegpu.plugin.daemon.xǁDaemonǁ"
+PREPARE = "kubegpu.plugin.prepare."
+SERVING = "kubegpu.plugin.serving.xǁServingǁ"
+# (test_a_cdi_root_that_cannot_be_written_on_reload_keeps_everything_running is left out: it counts applied
+# reloads, and the file watcher can add one under mutmut's load.)
+RELOAD_TESTS = (
+    "tests/plugin/test_daemon_faults.py",
+    *(
+        f"tests/plugin/test_daemon.py::{t}"
+        for t in (
+            "test_a_config_that_validates_but_does_not_build_keeps_the_old_one_and_its_monitor",
+            "test_a_config_parse_over_its_budget_keeps_the_old_config_and_allocate_answers",
+            "test_undecodable_config_fails_the_reload_and_the_watcher_picks_up_the_next_file",
+            "test_a_restarted_health_reports_task_catches_up_with_what_it_missed",
+        )
+    ),
+)
 RANDOM_DOCUMENTS = (
     "tests/settings/test_plugin_settings.py::test_random_documents_give_a_config_or_a_clear_error"
 )
@@ -121,35 +137,30 @@ TARGETS: dict[str, Target] = {
             "tests/allocation/test_message_size.py",
         ),
     ),
-    # The reload path only: prepare (settings, rediscovery, lost GPUs) and apply (faults, served snapshot).
+    # The reload path only, in its three modules: the daemon's passes, prepare (settings, rediscovery, lost
+    # GPUs) and apply (faults, served snapshot); each scored by the same tests.
     "daemon-reload": Target(
         "kubegpu/plugin/daemon.py",
-        (
-            "tests/plugin/test_daemon_faults.py",
-            *(
-                f"tests/plugin/test_daemon.py::{t}"
-                for t in (
-                    "test_a_config_that_validates_but_does_not_build_keeps_the_old_one_and_its_monitor",
-                    "test_a_config_parse_over_its_budget_keeps_the_old_config_and_allocate_answers",
-                    "test_undecodable_config_fails_the_reload_and_the_watcher_picks_up_the_next_file",
-                    "test_a_restarted_health_reports_task_catches_up_with_what_it_missed",
-                )
-            ),
-        ),
+        RELOAD_TESTS,
         functions=tuple(
             f"{DAEMON}{f}__mutmut_*"
-            for f in (
-                "reload",
-                "_reconcile",
-                "_reconcile_once",
-                "_prepare",
-                "_why_missing",
-                "_missing_health",
-                "_apply",
-                "_build_served",
-                "_sync_health",
-            )
+            for f in ("reload", "_reconcile", "_reconcile_once", "_prepare", "_apply", "_sync_health")
         ),
+    ),
+    "reload-prepare": Target(
+        "kubegpu/plugin/prepare.py",
+        RELOAD_TESTS,
+        functions=(
+            f"{PREPARE}x_why_missing__mutmut_*",
+            f"{PREPARE}x_missing_health__mutmut_*",
+            f"{PREPARE}xǁPreparerǁprepare__mutmut_*",
+            f"{PREPARE}xǁSettingsLoaderǁload__mutmut_*",
+        ),
+    ),
+    "reload-serving": Target(
+        "kubegpu/plugin/serving.py",
+        RELOAD_TESTS,
+        functions=tuple(f"{SERVING}{f}__mutmut_*" for f in ("take", "faults_changed", "build_served")),
     ),
     "dra-checkpoint": Target("kubegpu/dra/checkpoint.py", ("tests/dra/test_prepare.py",), preliminary=True),
     "dra-prepare": Target("kubegpu/dra/prepare.py", ("tests/dra/test_prepare.py",), preliminary=True),

@@ -206,6 +206,11 @@ def campaign_runs(tmp: Path) -> list[Run]:
         Run("plugin KUBEGPU_XID_ACTIONS with a newline", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_XID_ACTIONS", "/nonexistent\n2026-01-01T00:00:00.000 ERROR forged")), True),
         Run("plugin KUBEGPU_XID_ACTIONS of 5,000 characters", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_XID_ACTIONS", "/" + LONG)), True),
         Run("plugin KUBEGPU_HEALTH_PROBE_SECONDS of 5,000 characters", ("plugin", "--kubelet-socket", ""), 1, (*fake, ("KUBEGPU_HEALTH_PROBE_SECONDS", LONG)), True),
+        # A unix socket path over the kernel's 107 bytes: the plugin retried binding it forever, silently.
+        Run("plugin --kubelet-socket of 5,000 characters", ("plugin", "--kubelet-socket", "/" + LONG), 1, fake, True),
+        Run("config check --kubelet-socket of 5,000 characters", ("config", "check", "/dev/null", "--profile", "dgx-a100", "--kubelet-socket", "/" + LONG), 1, report=True),
+        Run("dra --kubelet-plugins-directory-path of 5,000 characters", ("dra", "--node-name", "n", "--kubelet-plugins-directory-path", "/" + LONG), 1, fake, True),
+        Run("dra --kubelet-registrar-directory-path of 5,000 characters", ("dra", "--node-name", "n", "--kubelet-registrar-directory-path", "/" + LONG), 1, fake, True),
         Run("kubelet-sim --grace-period nan", ("kubelet-sim", "--grace-period", "nan", "--dir", str(tmp / "ks")), 2),
         Run("kubelet-sim --grace-period 1e309", ("kubelet-sim", "--grace-period", "1e309", "--dir", str(tmp / "ks")), 2),
         # Every file or stream is size-checked before it is read: a device is refused at once, not read to the

@@ -31,6 +31,7 @@ def values(tmp: Path) -> dict[str, st.SearchStrategy[str]]:
     return {
         "KUBEGPU_XID_ACTIONS": st.sampled_from(["", "/nonexistent", str(good_xids), str(bad_xids)]),
         "KUBEGPU_HTTP_ADDRESS": st.sampled_from(["", "127.0.0.1", "a" * 70, "two words", "a..b"]),
+        "KUBEGPU_POD_RESOURCES_SOCKET": st.sampled_from(["", str(tmp / "pr.sock"), "/" + "p" * 200]),
         "KUBEGPU_HEALTH_PROBE_SECONDS": st.sampled_from(["5", "0", "nan", "abc", "1e309"]),
         "DP_ENABLE_HEALTHCHECKS": st.sampled_from(["", "79", "all"]),
         "MIG_STRATEGY": st.sampled_from(["none", "single", "weird"]),

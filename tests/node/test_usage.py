@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.nvml.fake import FakeNvml
+from kubegpu.node.nvml.fake_state import StateDirError
 from kubegpu.node.nvml.fake_usage import ProcessUse, UsageFile
 from kubegpu.node.proc_cgroup import ContainerRef, parse_cgroup, read_container
 from kubegpu.node.usage import UsageReader
@@ -154,3 +155,40 @@ def test_an_unreadable_cgroup_is_unknown_not_an_error(tmp_path: Path) -> None:
     (tmp_path / "4242").mkdir()
     (tmp_path / "4242" / "cgroup").write_bytes(b"\xff\xfe\x00garbage")
     assert read_container(tmp_path, 4242) is None
+
+
+NOT_USE = "its gpus are not GPU use by GPU index"
+TORN_USAGE = {
+    "cut short": (
+        b'{"gpus": {"0": {"utilization": 5',
+        "is not JSON (Expecting ',' delimiter at line 1, column 33)",
+    ),
+    "not UTF-8": (b'{"gpus": {"0": {"utilization": 5\xff}}}', "is not UTF-8 text (byte 32)"),
+    "a list": (b"[1, 2]", "is not a JSON object"),
+    "a GPU's use a list": (b'{"gpus": {"0": [1]}}', f"{NOT_USE} (GPU 0's use is not a JSON object)"),
+    "an unknown field": (
+        b'{"gpus": {"0": {"processes": [{"pid": 1, "bogus": 1}]}}}',
+        f"{NOT_USE} (ProcessUse.__init__() got an unexpected keyword argument 'bogus')",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(TORN_USAGE))
+def test_a_torn_usage_file_is_a_one_line_error_naming_it_and_the_fix(a100_mig: FakeNvml, kind: str) -> None:
+    """As a torn faults.json is: `inject` exits 2 with one line (an internal error before), and the fake's
+    telemetry calls raise StateDirError with the same text."""
+    body, problem = TORN_USAGE[kind]
+    state = a100_mig.state.path
+    (state / "usage.json").write_bytes(body)
+    expected = (
+        f"fake NVML state file {state / 'usage.json'} {problem}; remove it (the fake NVML and the injector "
+        "write it again)"
+    )
+    proc = inject(state, "--gpu", "0", "--utilization", "50")
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"Error: {expected} (see '")
+    handle = a100_mig.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(StateDirError) as raised:
+        a100_mig.nvmlDeviceGetUtilizationRates(handle)
+    assert str(raised.value) == expected

@@ -72,9 +72,10 @@ class Node:
         return self.daemon.metrics.registry.get_sample_value(name, labels)
 
     def healthz(self) -> tuple[int, str]:
-        assert self.daemon.http is not None
+        assert self.daemon.endpoints.http is not None
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.daemon.http.port}/healthz", timeout=5) as r:
+            port = self.daemon.endpoints.http.port
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
@@ -234,7 +235,9 @@ async def test_a_config_parse_over_its_budget_keeps_the_old_config_and_allocate_
         assert "the config file's previous parse is still running" in caplog.text
         assert n.counter("kubegpu_config_reload_failures_total", reason="timeout") == 2
         release.set()
-        await until(lambda: n.daemon._parsing is not None and n.daemon._parsing.done())
+        loader = n.daemon._settings_loader
+        assert loader is not None
+        await until(lambda: loader.parsing is not None and loader.parsing.done())
         await n.daemon.reload()
         assert n.counter("kubegpu_config_reloads_total", result="applied") == 1
         assert await n.stop() == 0

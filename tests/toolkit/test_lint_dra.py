@@ -379,3 +379,35 @@ def test_lint_reads_any_shape_of_dra_object_without_crashing(kind: str, spec: An
     doc["spec"] = spec
     findings = run_lint(parse_text(json.dumps(doc), "x.json"))
     assert all(f.rule in ("KG017", "KG018", "KG019") for f in findings)
+
+
+def test_the_dra_rules_find_nothing_without_dra_objects_or_claims_so_lint_skips_them(tmp_path: Path) -> None:
+    """lint leaves the DRA rules (and CEL, 0.4 s to import) out for files without DRA objects or pods that
+    name claims: here every rule of check_dra runs on such a file, with a cluster snapshot holding slices
+    and classes, and finds nothing; and a lint of such a file does not import CEL."""
+    import subprocess
+    import sys
+
+    from kubegpu.toolkit.cluster_facts import ClusterFacts
+    from kubegpu.toolkit.lint.dra import check_dra
+    from kubegpu.toolkit.manifests import parse_text
+    from kubegpu.toolkit.snapshot import load_snapshot
+    from tests.toolkit.lint_corpus import corpus_yaml
+
+    text = corpus_yaml(400).replace("resourceClaims", "notClaims").replace("resource.k8s.io/", "example.com/")
+    manifests = parse_text(text, "pods.yaml")
+    assert manifests.workloads and not manifests.dra
+    assert not any(w.spec.resource_claims for w in manifests.workloads)
+    facts = ClusterFacts.of(load_snapshot(cluster(tmp_path)))
+    for options in (None, facts):
+        findings: list[Any] = []
+        check_dra(manifests, options, findings)
+        assert findings == []
+    (tmp_path / "pods.yaml").write_text(text)
+    probe = (
+        "import sys; from kubegpu.toolkit.cli import lint; from click.testing import CliRunner; "
+        f"CliRunner().invoke(lint, [{str(tmp_path / 'pods.yaml')!r}]); "
+        "print('kubegpu.resourceapi.cel' in sys.modules, 'kubernetes' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -86,3 +86,22 @@ def test_a_line_asked_for_after_the_node_tree_was_dropped_is_the_right_one() -> 
     assert third.node is None  # not kept: composed again on demand
     assert third.line(("spec", "containers", 0, "name")) == 1 + 7 * 2 + 2 + 7
     assert manifests.workloads[0].source.line(("metadata", "name")) == 5
+
+
+def test_a_json_file_is_composed_for_lines_only_when_asked_and_as_before() -> None:
+    """JSON's data comes from the JSON parser; its node tree (for line numbers) is composed only when a
+    finding first asks for a line. JSON that YAML cannot compose (a surrogate pair escape) has no lines."""
+    pod = (
+        '{\n  "kind": "Pod",\n  "metadata": {"name": "p"},\n  "spec": {\n    "containers": [\n'
+        '      {"name": "c"}\n    ]\n  }\n}\n'
+    )
+    manifests = parse_text(pod, "p.json")
+    source = manifests.workloads[0].source
+    assert source.node is None
+    assert source.line(("spec", "containers", 0, "name")) == 6
+    assert source.line(("metadata",)) == 3
+    emoji = pod.replace('"name": "p"', '"name": "\\ud83d\\ude00"')
+    manifests = parse_text(emoji, "p.json")
+    assert manifests.workloads[0].name == "\U0001f600"
+    assert manifests.workloads[0].source.line(("spec",)) is None
+    assert manifests.workloads[0].source.line(("spec",)) is None

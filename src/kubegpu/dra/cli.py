@@ -6,12 +6,14 @@ import asyncio
 import logging
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import click
 
 from kubegpu.cli.logs import setup_logging
 from kubegpu.cli.params import given_values, setting_options
+from kubegpu.common.unix_socket import socket_path_problem
 from kubegpu.settings.dra_driver import driver_flags
 from kubegpu.settings.dra_selection import parse_gpu_selection
 from kubegpu.settings.given import value_of
@@ -118,10 +120,14 @@ def _settings(given: dict[str, Any]) -> Any:
     for warning in driver.warnings:
         log.warning("%s", warning)
     log.info("feature gates: %s", driver.gates.text())
+    driver_name = str(value("driver-name")).strip()
+    _check_sockets(
+        driver_name, value("kubelet-plugins-directory-path"), value("kubelet-registrar-directory-path")
+    )
     return DraSettings(
         driver=driver,
         node_name=node_name,
-        driver_name=str(value("driver-name")).strip(),
+        driver_name=driver_name,
         selection=selection,
         cdi_root=value("cdi-root"),
         registrar_dir=value("kubelet-registrar-directory-path"),
@@ -133,3 +139,26 @@ def _settings(given: dict[str, Any]) -> Any:
         http_endpoint=http_endpoint,
         metrics_path=metrics_path,
     )
+
+
+def _check_sockets(driver_name: str, plugins_dir: Path, registrar_dir: Path) -> None:
+    """The driver's two sockets (service.py's names) must fit a unix socket's path, or gRPC fails on every
+    attempt to bind them. Raises ConfigError, one line per directory."""
+    from kubegpu.dra.service import dra_socket, registration_socket
+
+    checks = (
+        ("--kubelet-plugins-directory-path (KUBELET_PLUGINS_DIRECTORY_PATH)", plugins_dir, dra_socket),
+        (
+            "--kubelet-registrar-directory-path (KUBELET_REGISTRAR_DIRECTORY_PATH)",
+            registrar_dir,
+            registration_socket,
+        ),
+    )
+    problems = [
+        socket_path_problem(
+            setting, str(directory), str(socket(directory, driver_name)), "the driver's socket in it"
+        )
+        for setting, directory, socket in checks
+    ]
+    if found := [p for p in problems if p]:
+        raise ConfigError("; ".join(found), found)

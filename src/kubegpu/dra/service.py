@@ -149,6 +149,14 @@ class _Registration(reg_grpc.RegistrationServicer):
         return reg_pb2.RegistrationStatusResponse()
 
 
+def dra_socket(plugins_dir: Path, driver_name: str) -> Path:
+    return plugins_dir / driver_name / "dra.sock"
+
+
+def registration_socket(registrar_dir: Path, driver_name: str) -> Path:
+    return registrar_dir / f"{driver_name}-reg.sock"
+
+
 class KubeletServers:
     def __init__(
         self,
@@ -162,8 +170,8 @@ class KubeletServers:
         self.preparer = preparer
         self.driver_name = driver_name
         self.health = health
-        self.dra_socket = plugins_dir / driver_name / "dra.sock"
-        self.reg_socket = registrar_dir / f"{driver_name}-reg.sock"
+        self.dra_socket = dra_socket(plugins_dir, driver_name)
+        self.reg_socket = registration_socket(registrar_dir, driver_name)
         # The health service is advertised after the DRA services, as the kubelet plugin helper does.
         versions = SUPPORTED_VERSIONS + ((HEALTH_SERVICE,) if health is not None else ())
         self.registration = _Registration(driver_name, self.dra_socket, versions)

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kubegpu.api.v1beta1 import api_pb2
+from kubegpu.common.unix_socket import MAX_SOCKET_PATH
 
 from .devicemanager import DeviceManager
 from .devicesets import ENDPOINT_STOP_GRACE_PERIOD, DeviceState, describe_ids
@@ -33,7 +34,6 @@ from .pods import ContainerAllocation, Pod, PodAllocation, RunContainerOptions
 from .predicate import check_node_fit
 from .registration import KUBELET_SOCKET, RegistrationServer
 
-_MAX_UNIX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
 _DEVICE_PLUGINS_DIR = "device-plugins"
 
 
@@ -94,9 +94,9 @@ class KubeletSimulator:
         """
         if self.running:
             raise RuntimeError("the kubelet simulator is already running")
-        if len(str(self.socket_path).encode()) > _MAX_UNIX_SOCKET_PATH:
+        if len(str(self.socket_path).encode()) > MAX_SOCKET_PATH:
             raise ValueError(
-                f"{self.socket_path} is longer than {_MAX_UNIX_SOCKET_PATH} bytes, too long for a unix "
+                f"{self.socket_path} is longer than {MAX_SOCKET_PATH} bytes, too long for a unix "
                 "socket; use a shorter directory"
             )
         if _kubelet_answers(self.socket_path):

@@ -1,7 +1,9 @@
 """The device plugin daemon (`kubegpu plugin`): one asyncio loop serving the allocation core to the kubelet.
 
-Owns the lifecycle and reloads (`daemon`), the candidate a change is prepared as (`prepare`), which calls run
-at once (`admission`), the pure plan a reload applies (`reconcile`), restarts of background tasks
+Owns the lifecycle and reloads (`daemon`), the candidate a change is prepared as (`prepare`), what is served
+and the plan applied to it (`serving`), the health thread as a task (`health_watch`), the HTTP side wired only
+with a port (`endpoints`), which calls run at once (`admission`), the pure plan a reload applies
+(`reconcile`), restarts of background tasks
 (`supervise`), one DevicePlugin gRPC service per resource (`server`, with its method table `rpc_table` and its
 bounds `serving_limits`), registration with the current kubelet (`registrar`), Prometheus metrics (`metrics`),
 the optional /healthz, /readyz and /metrics endpoint (`http_endpoint`), the PodResources client

@@ -7,10 +7,13 @@ from it, so their replicas, MIG devices, CDI specs and health monitoring all go 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from kubegpu.node.inventory import Gpu, Inventory
 from kubegpu.settings.dra_selection import GpuSelection
+
+log = logging.getLogger("kubegpu.plugin.daemon")  # the daemon's lines, wherever the code lives
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +44,23 @@ def describe(gpus: tuple[Gpu, ...], selection: GpuSelection) -> str:
         f"leaving {len(gpus)} GPU(s) to DRA (KUBEGPU_DRA_GPUS={selection}): {named}; the device plugin does "
         f"not serve them, their MIG devices or replicas"
     )
+
+
+class DraAnnouncer:
+    """Says which GPUs DRA gets, at start and whenever that changes; warns about items naming no GPU."""
+
+    def __init__(self) -> None:
+        self._said: tuple[tuple[str, ...], GpuSelection] | None = None  # what was logged last
+
+    def rediscovered(
+        self, to_dra: tuple[Gpu, ...], served: tuple[Gpu, ...], selection: GpuSelection, had_dra: bool
+    ) -> None:
+        """After a discovery: `to_dra` left to DRA, `served` kept; `had_dra`: DRA had GPUs before it."""
+        said = (tuple(g.uuid for g in to_dra), selection)
+        if said == self._said or (selection.empty and not had_dra):
+            return
+        self._said = said
+        log.info("%s", describe(to_dra, selection))
+        unmatched = selection.unmatched([*served, *to_dra])
+        if unmatched:
+            log.warning("KUBEGPU_DRA_GPUS names no GPU of this node: %s", ", ".join(unmatched))

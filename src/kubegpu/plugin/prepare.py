@@ -1,5 +1,6 @@
 """Step 1 and 2 of every change of what is served (daemon.py): the `Candidate` built before anything is
-touched, the pieces of it that need no daemon state, and writing its CDI specs all or nothing.
+touched (`Preparer`: discovery, the GPUs it lost carried over, the options, resources and CDI specs), the
+settings parsed again for a reload (`SettingsLoader`), and writing the CDI specs all or nothing.
 
 A failure here is a `ReloadError`: the old config keeps serving, and its `reason` labels the metric.
 """
@@ -15,13 +16,20 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kubegpu.allocation.allocate import AllocateOptions
-from kubegpu.allocation.cdi import Spec
-from kubegpu.allocation.resources import Resource, ResourceOptions
+from kubegpu.allocation.cdi import Spec, specs_for
+from kubegpu.allocation.from_settings import allocate_options, resource_options
+from kubegpu.allocation.resources import Resource, ResourceError, ResourceOptions, build_resources
+from kubegpu.node.discovery import discover, explain_nvml_error
+from kubegpu.node.driverfiles import ImexChannelError
 from kubegpu.node.faults import Fault, FaultBook
 from kubegpu.node.inventory import Gpu, Health, Inventory
 from kubegpu.node.mps_control import mps_daemon_alive
+from kubegpu.node.nvml.backend import NvmlBackend
 from kubegpu.node.xids import XidAction
 from kubegpu.plugin.cdi_files import CdiSpecWriter
+from kubegpu.plugin.coexist import leave_to_dra
+from kubegpu.plugin.reconcile import carry_missing, with_faults
+from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import PluginSettings
 from kubegpu.settings.table import CDI_ROOT_ENV
 
@@ -33,6 +41,10 @@ CONFIG_LOAD_BUDGET_S = 10.0
 MISSING = "not found by discovery"
 
 T = TypeVar("T")
+
+
+class StartupError(RuntimeError):
+    """The daemon cannot start; the message names the cause and the fix. Exit code 1."""
 
 
 class ReloadError(RuntimeError):
@@ -137,3 +149,113 @@ async def write_cdi(cdi: CdiSpecWriter, specs: Mapping[str, Spec]) -> None:
             f"unable to write CDI specs to {cdi.root}: {err}; the cdi-* device-list strategies "
             f"need a writable CDI directory (mount the host's /var/run/cdi, or set {CDI_ROOT_ENV})",
         ) from err
+
+
+class SettingsLoader:
+    """The config file parsed again for a reload, in a daemon thread within a time budget (the parse must not
+    hold the old config's Allocate answers or health updates up meanwhile)."""
+
+    def __init__(self, read: Callable[[], PluginSettings], budget_s: float = CONFIG_LOAD_BUDGET_S) -> None:
+        self._read = read
+        self.budget_s = budget_s
+        self.parsing: asyncio.Future[PluginSettings] | None = None  # the last parse, maybe still running
+
+    async def load(self) -> PluginSettings:
+        """The new settings, or ReloadError (a parse over its budget is left to finish on its own)."""
+        budget = self.budget_s
+        if self.parsing is not None and not self.parsing.done():
+            raise ReloadError(
+                "timeout",
+                f"the config file's previous parse is still running, over its {budget:g} s budget; fix the "
+                "file (a ConfigMap holds at most 1 MiB) and reload again",
+            )
+        self.parsing = in_daemon_thread(self._read, "config-parse")
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.parsing), budget)
+        except TimeoutError:
+            raise ReloadError(
+                "timeout",
+                f"parsing the config file took longer than its {budget:g} s budget; fix the file "
+                "(a ConfigMap holds at most 1 MiB)",
+            ) from None
+        except ConfigError as err:
+            raise ReloadError("invalid_config", str(err)) from err
+        except Exception as err:  # anything else the parser raised is still a config we cannot use
+            raise ReloadError("invalid_config", f"{type(err).__name__}: {err}") from err
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """What is served now, as a new candidate starts from it."""
+
+    base: Inventory
+    missing: Mapping[str, Gpu]
+    to_dra: tuple[Gpu, ...]
+
+
+class Preparer:
+    """Builds a `Candidate` from settings and (re)discovery, NVML initialised on first use. Changes nothing
+    that is served."""
+
+    def __init__(self, backend: NvmlBackend, faults: FaultBook) -> None:
+        self._backend = backend
+        self._faults = faults
+        self.nvml_up = False
+
+    async def prepare(self, settings: PluginSettings, current: Current, *, rediscover: bool) -> Candidate:
+        """Everything the change needs, or ReloadError naming what cannot be served."""
+        if rediscover:
+            found = leave_to_dra(await self._discover(settings, current.base), settings.dra_gpus)
+            # A GPU given to DRA since the last pass is not lost: it must not be carried over as missing.
+            previous = leave_to_dra(current.base, settings.dra_gpus).inventory
+            carried = carry_missing(previous, found.inventory)
+            base, missing, to_dra = carried.inventory, carried.missing, found.gpus
+            nvml = self._backend.nvml
+            reasons = await asyncio.to_thread(why_missing, nvml, list(missing)) if missing else {}
+        else:
+            base, missing, reasons, to_dra = current.base, current.missing, {}, current.to_dra
+        resource_opts = await asyncio.to_thread(resource_options, settings)
+        try:
+            allocate_opts = await asyncio.to_thread(allocate_options, settings)
+        except ImexChannelError as err:
+            raise ReloadError("resources", str(err)) from err
+        faults = self._faults.health() | {u: missing_health(self._faults, reasons, u) for u in missing}
+        served = with_faults(base, faults)
+        try:
+            resources = build_resources(served, resource_opts)
+        except ResourceError as err:
+            raise ReloadError("resources", str(err)) from err
+        withheld = await mps_not_ready(resources, settings)
+        specs = specs_for(served, settings, allocate_opts.imex_channels, resource_opts.mig_minors)
+        return Candidate(
+            settings=settings,
+            base=base,
+            missing=dict(missing),
+            missing_reasons=reasons,
+            rediscovered=rediscover,
+            resource_options=resource_opts,
+            allocate_options=allocate_opts,
+            withheld=withheld,
+            specs=specs,
+            to_dra=to_dra,
+        )
+
+    async def _discover(self, settings: PluginSettings, served: Inventory) -> Inventory:
+        nvml = self._backend.nvml
+        try:
+            if not self.nvml_up:
+                await asyncio.to_thread(nvml.nvmlInit)
+                self.nvml_up = True
+            return await asyncio.to_thread(discover, nvml, self._backend.sysfs_root)
+        except nvml.NVMLError as err:
+            message = f"nvml init failed: {err}. {explain_nvml_error(err)}"
+            if served.gpus or settings.flags.failOnInitError is not False:
+                raise ReloadError("discovery", message) from err
+            log.warning("%s (failOnInitError=false: staying up)", message)
+            return Inventory()
+
+    async def shutdown(self) -> None:
+        if self.nvml_up:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._backend.nvml.nvmlShutdown)
+            self.nvml_up = False

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from kubegpu.common.files import MIB, FileProblem, decode_text, read_bytes
 
+if TYPE_CHECKING:
+    from kubernetes import client
+
 # Large kubeconfigs hold thousands of contexts with embedded certificates: a few MB.
 KUBECONFIG_LIMIT = 16 * MIB
 KUBECONFIG_NODES = 200_000
@@ -130,6 +133,8 @@ def load_configuration(kubeconfig: str) -> client.Configuration:
     Its own Configuration object, not the client's process-wide default, so that several clients (tests)
     can coexist; and no urllib3 retries underneath: callers retry with back-off and log each failure once.
     """
+    # The client library loads here, not with this module: 0.6 s that a command checking a kubeconfig, or
+    # `lint` of a file, does not need.
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 

@@ -18,6 +18,7 @@ from kubegpu.toolkit.dra_facts import DRA_KINDS
 from kubegpu.toolkit.model import PodSpec
 
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 
 
 class _LOADER(_SAFE_LOADER):  # type: ignore[misc,valid-type]  # (a C class when libyaml is there)
@@ -34,8 +35,11 @@ class _LOADER(_SAFE_LOADER):  # type: ignore[misc,valid-type]  # (a C class when
         pass
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is not yaml.ScalarNode or not implicit[0]:
-            return super().resolve(kind, value, implicit)
+        # What BaseResolver.resolve answers when there are no path resolvers, without its lookups.
+        if kind is not yaml.ScalarNode:
+            return _SEQ if kind is yaml.SequenceNode else _MAP
+        if not implicit[0]:
+            return _STR
         tag = self._tags.get(value)
         if tag is None:
             if len(self._tags) > 65_536:
@@ -90,6 +94,7 @@ class Segment:
     start: int
     end: int
     line: int  # 0-based line of `start`
+    whole_json: bool = False  # a JSON file: lines only if it composes as YAML too (it may not: `\/`)
 
 
 @dataclass
@@ -111,7 +116,7 @@ class Source:
                 self.node = yaml.compose(segment.text[segment.start : segment.end], Loader=_LOADER)
             self._offset = segment.line
             if self.node is None:
-                return segment.line + 1
+                return None if segment.whole_json else segment.line + 1
         node = self.node
         if node is None:
             return None
@@ -278,9 +283,6 @@ def _yaml_documents(text: str, file: str) -> Iterator[tuple[Source, Any]]:
         loader.dispose()
 
 
-_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
-
-
 class _Unusual(Exception):
     """A document the fast path leaves to PyYAML's constructor (merge keys, sets, custom tags, deep)."""
 
@@ -297,18 +299,18 @@ def _construct(loader: Any, node: yaml.Node) -> Any:
 
 
 def _build(loader: Any, node: yaml.Node, built: dict[int, Any]) -> Any:
+    if type(node) is yaml.ScalarNode:  # an aliased scalar is built again: an equal, immutable value
+        if node.tag == _STR:
+            return node.value
+        construct = loader.yaml_constructors.get(node.tag)
+        if construct is None:
+            raise _Unusual
+        return construct(loader, node)
     known = built.get(id(node), built)
     if known is not built:
         return known
-    if isinstance(node, yaml.ScalarNode):
-        if node.tag == _STR:
-            value: Any = node.value
-        else:
-            construct = loader.yaml_constructors.get(node.tag)
-            if construct is None:
-                raise _Unusual
-            value = construct(loader, node)
-    elif isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
+    value: Any
+    if isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
         value = built[id(node)] = []
         value.extend(_build(loader, item, built) for item in node.value)
     elif isinstance(node, yaml.MappingNode) and node.tag == _MAP:
@@ -337,9 +339,9 @@ def parse_text(text: str, file: str, out: Manifests | None = None) -> Manifests:
                 Problem(Source(file, 1), (), f"invalid JSON at line {exc.lineno}: {exc.msg}", line=exc.lineno)
             )
             return out
-        source = Source(file, 1)
-        with contextlib.suppress(yaml.YAMLError):  # JSON is YAML: compose again only for line numbers
-            source.node = yaml.compose(text, Loader=_LOADER)
+        # JSON is YAML: composed for line numbers only when a finding first asks for one (25 MB of
+        # `kubectl get -o json` took 5 s to compose).
+        source = Source(file, 1, segment=Segment(text, 0, len(text), 0, whole_json=True))
         out.documents += 1
         for index, item in enumerate(data if isinstance(data, list) else [data]):
             _walk(item, source, (index,) if isinstance(data, list) else (), out)

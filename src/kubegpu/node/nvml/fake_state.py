@@ -95,33 +95,35 @@ class Faults:
     @classmethod
     def from_json(cls, raw: bytes, path: Path | str = FAULTS_FILE) -> Faults:
         """Raises StateDirError naming the file when it is not faults as `to_json` writes them."""
-        body = _json_object(raw, path).get("gpus", {})
+        body = state_file_object(raw, path).get("gpus", {})
         try:
             return cls({int(i): GpuFaults(**f) for i, f in body.items()})
         except (AttributeError, TypeError, ValueError) as err:
-            raise _torn(path, f"its gpus are not fault flags by GPU index ({err})") from None
+            raise torn_state_file(path, f"its gpus are not fault flags by GPU index ({err})") from None
 
 
-def _torn(path: Path | str, problem: str) -> StateDirError:
+def torn_state_file(path: Path | str, problem: str) -> StateDirError:
     return StateDirError(
         f"fake NVML state file {path} {problem}; remove it (the fake NVML and the injector write it again)"
     )
 
 
-def _json_object(raw: bytes, path: Path | str) -> dict[str, Any]:
+def state_file_object(raw: bytes, path: Path | str) -> dict[str, Any]:
     """A state file's JSON object, or StateDirError naming the file and the fix (a torn or foreign file)."""
     try:
         value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
-        raise _torn(path, f"is not UTF-8 text (byte {err.start})") from None
+        raise torn_state_file(path, f"is not UTF-8 text (byte {err.start})") from None
     except json.JSONDecodeError as err:
-        raise _torn(path, f"is not JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+        raise torn_state_file(
+            path, f"is not JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+        ) from None
     if not isinstance(value, dict):
-        raise _torn(path, "is not a JSON object")
+        raise torn_state_file(path, "is not a JSON object")
     return value
 
 
-def _read_state_file(path: Path) -> bytes:
+def read_state_file(path: Path) -> bytes:
     try:
         return read_bytes(path, limit=STATE_FILE_LIMIT, what="fake NVML state file")
     except FileProblem as err:
@@ -180,7 +182,7 @@ class StateDir:
             return Faults()
         key = (st.st_ino, st.st_mtime_ns, st.st_size)  # rename gives a new inode, so this sees every write
         if key != self._faults_key:
-            self._faults = Faults.from_json(_read_state_file(Path(self._faults_path)), self._faults_path)
+            self._faults = Faults.from_json(read_state_file(Path(self._faults_path)), self._faults_path)
             self._faults_key = key
         return self._faults
 
@@ -188,7 +190,7 @@ class StateDir:
         """Read-modify-write one GPU's faults under the directory lock."""
         with self.locked():
             path = self.path / FAULTS_FILE
-            current = Faults.from_json(_read_state_file(path), path) if path.exists() else Faults()
+            current = Faults.from_json(read_state_file(path), path) if path.exists() else Faults()
             new = change(current.gpu(gpu))
             write_atomic(path, Faults({**current.gpus, gpu: new}).to_json(), durable=False)
             return new
@@ -235,7 +237,7 @@ class StateDir:
     def read_meta(self) -> dict[str, Any] | None:
         path = self.path / META_FILE
         try:
-            return _json_object(_read_state_file(path), path)
+            return state_file_object(read_state_file(path), path)
         except FileNotFoundError:
             return None
 
@@ -252,7 +254,7 @@ class StateDir:
     def read_mig(self) -> dict[str, Any]:
         path = self.path / MIG_FILE
         try:
-            return _json_object(_read_state_file(path), path)
+            return state_file_object(read_state_file(path), path)
         except FileNotFoundError:
             return {}
 

@@ -17,9 +17,10 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kubegpu.common.files import write_atomic
-from kubegpu.node.nvml.fake_state import StateDir
+from kubegpu.node.nvml.fake_state import StateDir, read_state_file, state_file_object, torn_state_file
 
 USAGE_FILE = "usage.json"
 
@@ -78,11 +79,19 @@ class Usage:
         return json.dumps({"gpus": body}, indent=2).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> Usage:
-        gpus = {}
-        for index, fields in json.loads(raw).get("gpus", {}).items():
-            processes = tuple(ProcessUse(**p) for p in fields.pop("processes", ()))
-            gpus[int(index)] = GpuUse(**fields, processes=processes)
+    def from_json(cls, raw: bytes, path: Path | str = USAGE_FILE) -> Usage:
+        """Raises StateDirError naming the file when it is not use as `to_json` writes it (a torn or foreign
+        file), as a torn faults.json does."""
+        body = state_file_object(raw, path).get("gpus", {})
+        try:
+            gpus = {}
+            for index, fields in body.items():
+                if not isinstance(fields, dict):
+                    raise TypeError(f"GPU {index}'s use is not a JSON object")
+                processes = tuple(ProcessUse(**p) for p in fields.pop("processes", ()))
+                gpus[int(index)] = GpuUse(**fields, processes=processes)
+        except (AttributeError, TypeError, ValueError) as err:
+            raise torn_state_file(path, f"its gpus are not GPU use by GPU index ({err})") from None
         return cls(gpus)
 
 
@@ -106,7 +115,7 @@ class UsageFile:
 
     def __init__(self, state: StateDir) -> None:
         self.state = state
-        self._path = os.fspath(state.path / USAGE_FILE)
+        self._path = state.path / USAGE_FILE
         self._key: tuple[int, int, int] | None = None
         self._usage = Usage()
 
@@ -117,8 +126,7 @@ class UsageFile:
             return Usage()
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._key:
-            with open(self._path, "rb") as f:
-                self._usage = Usage.from_json(f.read())
+            self._usage = Usage.from_json(read_state_file(self._path), self._path)
             self._key = key
         return self._usage
 
@@ -132,8 +140,8 @@ class UsageFile:
         """Change the given fields of one GPU's use; `processes` (when given) replace those on `gi` (the
         whole GPU's when None)."""
         with self.state.locked():
-            path = self.state.path / USAGE_FILE
-            current = Usage.from_json(path.read_bytes()) if path.exists() else Usage()
+            path = self._path
+            current = Usage.from_json(read_state_file(path), path) if path.exists() else Usage()
             new = dataclasses.replace(current.gpu(gpu), **changes)  # type: ignore[arg-type]  # checked fields
             if processes is not None:
                 kept = tuple(p for p in new.processes if gi is not None and p.gi != gi)

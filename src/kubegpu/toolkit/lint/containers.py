@@ -28,7 +28,6 @@ def _quantity_checks(ctx: LintContext, where: Path, c: Container) -> dict[str, d
         parsed[part] = {}
         for name, raw in amounts.items():
             qpath = (*where, "resources", part, name)
-            field = apierrors.field_path(ctx.api_path((*where, "resources", part)), name)
             try:
                 nanos = quantity.parse_nanos(raw)
             except quantity.QuantityError as exc:
@@ -47,13 +46,14 @@ def _quantity_checks(ctx: LintContext, where: Path, c: Container) -> dict[str, d
                 )
                 parsed[part][name] = None
                 continue
-            shown = quantity.canonical(raw)
             if nanos < 0:
                 ctx.add(
                     "KG015",
                     qpath,
                     f"{part}.{name} is {raw!r}, a negative amount; the API server refuses it: "
-                    + apierrors.invalid(field, shown, apierrors.IS_NEGATIVE),
+                    + apierrors.invalid(
+                        _field(ctx, where, part, name), quantity.canonical(raw), apierrors.IS_NEGATIVE
+                    ),
                     f"ask for 0 or more; for GPUs a whole number such as {name}: 1"
                     if is_extended_resource_name(name)
                     else "ask for 0 or more, e.g. 500m of cpu or 2Gi of memory",
@@ -71,11 +71,20 @@ def _quantity_checks(ctx: LintContext, where: Path, c: Container) -> dict[str, d
                     "KG003",
                     qpath,
                     f"{part}.{name} is {raw!r}, but extended resources such as GPUs are whole devices; "
-                    "the API server refuses it: " + apierrors.invalid(field, shown, apierrors.NOT_INTEGER),
+                    "the API server refuses it: "
+                    + apierrors.invalid(
+                        _field(ctx, where, part, name), quantity.canonical(raw), apierrors.NOT_INTEGER
+                    ),
                     f"use a whole number; to give a container part of a GPU, {share}",
                     c.name,
                 )
     return parsed
+
+
+def _field(ctx: LintContext, where: Path, part: str, name: str) -> str:
+    """The API server's field path of a quantity, for its error text (built only for a finding: 60,000 pods
+    have 240,000 quantities and few findings)."""
+    return apierrors.field_path(ctx.api_path((*where, "resources", part)), name)
 
 
 def _count(nanos: int | None) -> int:
