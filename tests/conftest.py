@@ -18,10 +18,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     Hypothesis builds them lazily inside the first draw that needs each, and counts that as the drawing
     test's generation time: the characters text() may use (every code point that encodes as UTF-8, and the
     Unicode categories; 1.5 s on an idle machine without a .hypothesis cache, 5-7 s on a loaded one), and
-    the literals of every local module, which it draws now and then (1 s warm, 3 s cold, 6.131 on). Whichever
-    property test drew first could fail the too_slow health check for work that was not its strategy's
-    (test_gpuconfig's sharing-block property did, under load). After collection every test module and what
-    it imports is loaded: built here, each test's draws measure its own strategy again."""
+    the literals of every local module, which it draws now and then since Hypothesis 6.131 (1 s warm, 3 s
+    cold). Whichever property test drew first could fail the too_slow health check for work that was not
+    its strategy's (test_gpuconfig's sharing-block property did, under load). After collection every test
+    module and what it imports is loaded: built here, each test's draws measure its own strategy again."""
     if not any(getattr(getattr(item, "obj", None), "is_hypothesis_test", False) for item in session.items):
         return
     st.text().validate()  # the character tables (cached on disk in .hypothesis/unicode_data)
