@@ -3,16 +3,23 @@ real JSON, the real server's semantics and error texts, so the official `kuberne
 other) talks to it as to a cluster.
 
 Modules, one job each:
-  server      ApiServerSim: lifecycle, HTTP handling, watch streams, a Python API for tests
-  kinds       the served resources (Nodes, resource.k8s.io, NFD NodeFeatures) and their discovery data
-  routes      REST paths to (kind, version, namespace, name, subresource)
-  discovery   /api, /apis, /apis/<group>[/<version>], /version documents
-  store       objects, resourceVersions, history, finalizers, owner-reference garbage collection
-  convert     resource.k8s.io v1 <-> v1beta2 <-> v1beta1
-  patch       merge and strategic-merge patches
-  selectors   label and field selectors
-  validation  the API's validation for what DRA drivers and claim authors trip over
-  errors      Status bodies and field errors with the real texts
+  server         ApiServerSim: lifecycle, a Python API for tests, the request log
+  calls          ApiCall (a recorded request) and Fault (what the server does to requests on purpose)
+  http_handler   the HTTP handler: reads, records and routes each request; faults; Status errors
+  verbs          GET, LIST, CREATE, UPDATE, PATCH, DELETE (and on a collection) on a resource
+  watch          WATCH streams: history from a resourceVersion, BOOKMARKs, 410 Gone, selector enter/leave
+  kinds          the served resources (Nodes, resource.k8s.io, NFD NodeFeatures) and their discovery data
+  routes         REST paths to (kind, version, namespace, name, subresource)
+  discovery      /api, /apis, /apis/<group>[/<version>], /version documents
+  store          objects, resourceVersions, history, finalizers, owner-reference garbage collection
+  convert        resource.k8s.io v1 <-> v1beta2 <-> v1beta1
+  patch          merge and strategic-merge patches
+  pod_proxy      GET on pods/proxy, forwarded to the pod's port
+  selectors      label and field selectors
+  validation     the API's validation for what DRA drivers and claim authors trip over
+  partitionable  partitionable devices and consumable capacity: their validation, their gated fields
+  names          the API's rules for names (DNS labels, subdomains, qualified IDs) and their texts
+  errors         Status bodies and field errors with the real texts
 Imports kubegpu.common and kubegpu.resourceapi (for CEL compilation, as the real server validates
 selectors), nothing else of kubegpu.
 """

@@ -27,18 +27,13 @@ from kubegpu.common import quantity
 
 from .errors import FieldError
 from .kinds import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
+from .names import DNS_LABEL, DNS_LABEL_MSG
 
 MAX_COUNTER_SETS = 8  # ResourceSliceMaxCounterSets
 MAX_COUNTERS_PER_SET = 32  # ResourceSliceMaxCountersPerCounterSet
 MAX_CONSUMPTIONS_PER_DEVICE = 2  # ResourceSliceMaxDeviceCounterConsumptionsPerDevice
 MAX_COUNTERS_PER_CONSUMPTION = 32  # ResourceSliceMaxCountersPerDeviceCounterConsumption
 MAX_VALID_VALUES = 10  # CapacityRequestPolicyDiscreteMaxOptions
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
-    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _NORMALIZED_UID = (
     "uid must be in RFC 4122 normalized form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` with lowercase "
@@ -49,8 +44,8 @@ _NORMALIZED_UID = (
 def _label(name: str, path: str) -> list[FieldError]:
     if len(name) > 63:
         return [FieldError.invalid(path, name, "must be no more than 63 characters")]
-    if not _DNS_LABEL.fullmatch(name):
-        return [FieldError.invalid(path, name, _DNS_LABEL_MSG)]
+    if not DNS_LABEL.fullmatch(name):
+        return [FieldError.invalid(path, name, DNS_LABEL_MSG)]
     return []
 
 

@@ -8,7 +8,8 @@ and limits, taint effects, immutable driver and nodeName; ResourceClaim request 
 firstAvailable, class names, allocation modes and counts, CEL selectors that must compile, constraints,
 immutable spec; claim status: reservedFor (at most 256, unique, needs an allocation) and an allocation that
 cannot change once set; DeviceClass selectors and config. Partitionable devices and consumable capacity
-(sharedCounters, consumesCounters, request policies, capacity requests, shareID) are in `partitionable`.
+(sharedCounters, consumesCounters, request policies, capacity requests, shareID) are in `partitionable`,
+the name rules (DNS labels and subdomains, driver names, qualified IDs) and their texts in `names`.
 Not modelled: everything else (e.g. opaque config
 size, node selectors' syntax, admin access namespaces).
 """
@@ -26,34 +27,16 @@ from kubegpu.common.k8s_names import is_dns1123_subdomain, is_qualified_name
 
 from .errors import FieldError
 from .kinds import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
+from .names import DNS_LABEL, DNS_LABEL_MSG, DNS_SUBDOMAIN_MSG, driver_name, qualified_id
 from .partitionable import allocation_results, capacity_requests, device_fields, shared_counters
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_ATTRIBUTE_STRING = 64
-MAX_DRIVER_NAME = 63
-MAX_ID = 32
 MAX_RESERVED_FOR = 256
 MAX_REQUESTS = 32
 MAX_CEL_LENGTH = 10 * 1024
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DNS_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
-    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
-_DNS_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-_C_IDENTIFIER_MSG = (
-    "a valid C identifier must start with alphabetic character or '_', followed by a string of alphanumeric "
-    "characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex used for validation is "
-    "'[A-Za-z_][A-Za-z0-9_]*')"
-)
 _NODE_SELECTION = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 _NODE_SELECTION_TEXT = (
     "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
@@ -92,9 +75,9 @@ def _metadata(kind: ResourceKind, meta: Mapping[str, Any]) -> list[FieldError]:
     if not name:
         errors.append(FieldError.required("metadata.name", "name or generateName is required"))
     elif not is_dns1123_subdomain(name):
-        errors.append(FieldError.invalid("metadata.name", name, _DNS_SUBDOMAIN_MSG))
+        errors.append(FieldError.invalid("metadata.name", name, DNS_SUBDOMAIN_MSG))
     if kind.namespaced and meta.get("namespace") and not DNS_LABEL.fullmatch(meta["namespace"]):
-        errors.append(FieldError.invalid("metadata.namespace", meta["namespace"], _DNS_LABEL_MSG))
+        errors.append(FieldError.invalid("metadata.namespace", meta["namespace"], DNS_LABEL_MSG))
     for key, value in (meta.get("labels") or {}).items():
         if not is_qualified_name(key):
             errors.append(
@@ -120,18 +103,8 @@ def _metadata(kind: ResourceKind, meta: Mapping[str, Any]) -> list[FieldError]:
     return errors
 
 
-def _driver(value: Any, path: str) -> list[FieldError]:
-    if not value:
-        return [FieldError.required(path)]
-    if len(str(value)) > MAX_DRIVER_NAME:
-        return [FieldError.too_long(path, MAX_DRIVER_NAME)]
-    if not is_dns1123_subdomain(str(value)):
-        return [FieldError.invalid(path, value, _DNS_SUBDOMAIN_MSG)]
-    return []
-
-
 def _slice_spec(spec: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
-    errors = _driver(spec.get("driver"), "spec.driver")
+    errors = driver_name(spec.get("driver"), "spec.driver")
     pool = spec.get("pool") or {}
     if not pool.get("name"):
         errors.append(FieldError.required("spec.pool.name"))
@@ -167,7 +140,7 @@ def _slice_spec(spec: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[
         if not name:
             errors.append(FieldError.required(f"{path}.name"))
         elif not DNS_LABEL.fullmatch(name) or len(name) > 63:
-            errors.append(FieldError.invalid(f"{path}.name", name, _DNS_LABEL_MSG))
+            errors.append(FieldError.invalid(f"{path}.name", name, DNS_LABEL_MSG))
         elif name in seen:
             errors.append(FieldError.duplicate(f"{path}.name", name))
         seen.add(name)
@@ -181,23 +154,6 @@ def _slice_spec(spec: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[
     return errors
 
 
-def _qualified_id(name: str, path: str) -> list[FieldError]:
-    domain, _, ident = name.rpartition("/")
-    errors = []
-    if domain:
-        if len(domain) > MAX_DRIVER_NAME:
-            errors.append(FieldError.too_long(path, MAX_DRIVER_NAME))
-        elif not is_dns1123_subdomain(domain):
-            errors.append(FieldError.invalid(path, domain, _DNS_SUBDOMAIN_MSG))
-    if not ident:
-        errors.append(FieldError.required(path, "name required"))
-    elif len(ident) > MAX_ID:
-        errors.append(FieldError.too_long(path, MAX_ID))
-    elif not C_IDENTIFIER.fullmatch(ident):
-        errors.append(FieldError.invalid(path, ident, _C_IDENTIFIER_MSG))
-    return errors
-
-
 def _device(device: Mapping[str, Any], path: str) -> list[FieldError]:
     errors = []
     attributes = device.get("attributes") or {}
@@ -208,7 +164,7 @@ def _device(device: Mapping[str, Any], path: str) -> list[FieldError]:
         )
     for name, value in attributes.items():
         apath = f"{path}.attributes[{name}]"
-        errors += _qualified_id(name, apath)
+        errors += qualified_id(name, apath)
         given = [k for k in ("int", "bool", "string", "version") if isinstance(value, dict) and k in value]
         if len(given) != 1:
             errors.append(FieldError.invalid(apath, value, "exactly one value must be specified"))
@@ -227,7 +183,7 @@ def _device(device: Mapping[str, Any], path: str) -> list[FieldError]:
                 )
     for name, value in capacity.items():
         cpath = f"{path}.capacity[{name}]"
-        errors += _qualified_id(name, cpath)
+        errors += qualified_id(name, cpath)
         raw = value.get("value") if isinstance(value, dict) else None
         if raw is None:
             errors.append(FieldError.required(f"{cpath}.value"))
@@ -278,7 +234,7 @@ def _opaque(config: Mapping[str, Any], path: str) -> list[FieldError]:
     opaque = config.get("opaque")
     if not isinstance(opaque, dict):
         return [FieldError.required(f"{path}.opaque")]
-    errors = _driver(opaque.get("driver"), f"{path}.opaque.driver")
+    errors = driver_name(opaque.get("driver"), f"{path}.opaque.driver")
     if "parameters" not in opaque:
         errors.append(FieldError.required(f"{path}.opaque.parameters"))
     return errors
@@ -290,7 +246,7 @@ def _exact_request(exact: Mapping[str, Any], path: str, check_cel: CelChecker) -
     if not class_name:
         errors.append(FieldError.required(f"{path}.deviceClassName"))
     elif not is_dns1123_subdomain(class_name):
-        errors.append(FieldError.invalid(f"{path}.deviceClassName", class_name, _DNS_SUBDOMAIN_MSG))
+        errors.append(FieldError.invalid(f"{path}.deviceClassName", class_name, DNS_SUBDOMAIN_MSG))
     errors += _selectors(exact.get("selectors"), f"{path}.selectors", check_cel)
     errors += capacity_requests(exact, path)
     mode = exact.get("allocationMode") or "ExactCount"
@@ -322,7 +278,7 @@ def _claim_spec(spec: Mapping[str, Any], path: str, check_cel: CelChecker) -> li
         if not name:
             errors.append(FieldError.required(f"{rpath}.name"))
         elif not DNS_LABEL.fullmatch(name):
-            errors.append(FieldError.invalid(f"{rpath}.name", name, _DNS_LABEL_MSG))
+            errors.append(FieldError.invalid(f"{rpath}.name", name, DNS_LABEL_MSG))
         elif name in names:
             errors.append(FieldError.duplicate(f"{rpath}.name", name))
         names.add(name)
@@ -337,7 +293,7 @@ def _claim_spec(spec: Mapping[str, Any], path: str, check_cel: CelChecker) -> li
             for j, sub in enumerate(alternatives):
                 spath = f"{rpath}.firstAvailable[{j}]"
                 if not DNS_LABEL.fullmatch(sub.get("name") or ""):
-                    errors.append(FieldError.invalid(f"{spath}.name", sub.get("name") or "", _DNS_LABEL_MSG))
+                    errors.append(FieldError.invalid(f"{spath}.name", sub.get("name") or "", DNS_LABEL_MSG))
                 errors += _exact_request(sub, spath, check_cel)
     for i, constraint in enumerate(devices.get("constraints") or []):
         cpath = f"{path}.devices.constraints[{i}]"
@@ -369,7 +325,7 @@ def _claim_spec(spec: Mapping[str, Any], path: str, check_cel: CelChecker) -> li
                 )
             )
         else:
-            errors += _qualified_id(attribute, f"{cpath}.{given[0]}")
+            errors += qualified_id(attribute, f"{cpath}.{given[0]}")
     for i, config in enumerate(devices.get("config") or []):
         errors += _opaque(config, f"{path}.devices.config[{i}]")
     return errors
