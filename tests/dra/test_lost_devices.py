@@ -52,6 +52,9 @@ def test_the_store_survives_a_restart_and_writes_only_changes(tmp_path: Path) ->
     PublishedStore(tmp_path).save([GPU_1])  # a new process that publishes something else writes it
     assert json.loads(path.read_text()) == [GPU_1]
     assert written != 1
+    counters = {"sharedCounters": [{"name": "gpu-0-counter-set"}]}  # DynamicMIG's entry without a name
+    store.save([counters, GPU_2])
+    assert PublishedStore(tmp_path).saved == {"gpu-2": GPU_2}
 
 
 def test_an_unreadable_store_is_empty_with_a_warning(

@@ -156,7 +156,8 @@ class DraDaemon:
     def lost_entries(self) -> list[dict[str, Any]]:
         """Devices a prepared claim holds that discovery did not find, from their last published entries
         (`dra/lost_devices.py`): still published, tainted lost, until the claim is unprepared."""
-        if self.checkpoint is None:
+        # Not under DynamicMIG: a partition consumes its GPU's counters, which a lost GPU no longer publishes.
+        if self.checkpoint is None or self.dynamic_mig is not None:
             return []
         held = {d.device for c in self.checkpoint.claims.values() for d in c.devices}
         taint = health_taint(Health(healthy=False), self.settings.driver_name)

@@ -50,9 +50,7 @@ class PublishedStore:
         try:
             data = read_bytes(self.path, limit=MAX_BYTES, what="published devices file")
             entries = json.loads(data)
-            if not isinstance(entries, list) or not all(
-                isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries
-            ):
+            if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
                 raise ValueError("not a list of devices")
         except FileProblem as err:
             if not isinstance(err.__cause__, FileNotFoundError):
@@ -66,7 +64,7 @@ class PublishedStore:
             )
             return {}
         self._written = data
-        return {e["name"]: e for e in entries}
+        return _by_name(entries)
 
     def save(self, entries: Sequence[Mapping[str, Any]]) -> None:
         """Keep `entries` (once they differ from what the file holds); a failed write is logged, not raised:
@@ -80,4 +78,9 @@ class PublishedStore:
             log.warning("cannot write %s: %s", self.path, err.strerror or err)
             return
         self._written = data
-        self.saved = {e["name"]: dict(e) for e in entries}
+        self.saved = _by_name(entries)
+
+
+def _by_name(entries: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The devices among the entries (DynamicMIG's counter-set entries have no name), by name."""
+    return {e["name"]: dict(e) for e in entries if isinstance(e.get("name"), str)}
