@@ -31,11 +31,20 @@ from kubegpu.common.backoff import Backoff
 from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
 from kubegpu.dra.claims import ClaimReader
-from kubegpu.dra.devices import DraDevice, device_entries, device_table
+from kubegpu.dra.devices import DraDevice, device_entries, device_table, health_taint
 from kubegpu.dra.dynamic_mig import DynamicMig, dynamic_mig_enabled, read_tables
 from kubegpu.dra.events import DriverEvents, NoMetrics
-from kubegpu.dra.health_stream import HEALTH_NAMES, DraHealthService, HealthBroadcast, health_reports
+from kubegpu.dra.health_stream import (
+    GPU_LOST,
+    HEALTH_NAMES,
+    UNHEALTHY,
+    DeviceHealthReport,
+    DraHealthService,
+    HealthBroadcast,
+    health_reports,
+)
 from kubegpu.dra.kubeapi import KubeClient
+from kubegpu.dra.lost_devices import PublishedStore, lost_entries
 from kubegpu.dra.metered import MeteredPreparer
 from kubegpu.dra.metrics_server import MetricsServer
 from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
@@ -47,7 +56,7 @@ from kubegpu.dra.service import KubeletServers
 from kubegpu.node.discovery import discover, explain_nvml_error, nvml_session
 from kubegpu.node.faults import FaultBook
 from kubegpu.node.health import HealthEvent, HealthMonitor, HealthSettings
-from kubegpu.node.inventory import Inventory
+from kubegpu.node.inventory import Health, Inventory
 from kubegpu.node.nvml.backend import NvmlBackend
 from kubegpu.settings.dra_driver import DEFAULT_DRIVER_FLAGS, DriverFlags
 from kubegpu.settings.dra_selection import GpuSelection
@@ -104,6 +113,8 @@ class DraDaemon:
         self._stop = asyncio.Event()
         self.health_stream = HealthBroadcast()
         self.events: DriverEvents = NoMetrics()
+        self.checkpoint: Checkpoint | None = None  # set at start: its claims hold lost devices published
+        self.store = PublishedStore(settings.plugin_dir)
 
     @property
     def _monitored(self) -> bool:
@@ -128,6 +139,9 @@ class DraDaemon:
         reports = health_reports(
             self.served(), s.selection, pool=s.node_name, driver_name=s.driver_name, monitored=self._monitored
         )
+        reports += tuple(
+            DeviceHealthReport(s.node_name, e["name"], UNHEALTHY, GPU_LOST) for e in self.lost_entries()
+        )
         if self.health_stream.update(reports):
             self.events.devices(collections.Counter(HEALTH_NAMES[r.health] for r in reports))
 
@@ -136,7 +150,19 @@ class DraDaemon:
             inventory, table = self.devices()
             selected = [g.uuid for g in inventory.gpus if self.settings.selection.includes(g)]
             return self.dynamic_mig.entries(table, inventory, selected, self.settings.driver_name)
-        return device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
+        found = device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
+        return found + self.lost_entries()
+
+    def lost_entries(self) -> list[dict[str, Any]]:
+        """Devices a prepared claim holds that discovery did not find, from their last published entries
+        (`dra/lost_devices.py`): still published, tainted lost, until the claim is unprepared."""
+        # Not under DynamicMIG: a partition consumes its GPU's counters, which a lost GPU no longer publishes.
+        if self.checkpoint is None or self.dynamic_mig is not None:
+            return []
+        held = {d.device for c in self.checkpoint.claims.values() for d in c.devices}
+        taint = health_taint(Health(healthy=False), self.settings.driver_name)
+        assert taint is not None
+        return lost_entries(self.store.saved, self.devices()[1], held, taint)
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
 
@@ -165,6 +191,7 @@ class DraDaemon:
             metrics = self._serve_metrics()
             checkpoint = Checkpoint(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
             checkpoint.load()
+            self.checkpoint = checkpoint
             specs = ClaimSpecs(s.cdi_root, s.driver_name, cdi_options(s.driver, _mig_minors()))
             for stale in checkpoint.stale.values():
                 specs.remove(stale.uid)
@@ -182,6 +209,7 @@ class DraDaemon:
                 timeslicer=time_slicer(s.driver),
             )
             preparer.confirm = lambda: rebuild(preparer)  # a Prepare after a lost checkpoint asks first
+            preparer.on_unprepared = self._changed.set  # a lost device its claim held is published no more
             await preparer.recover()  # the specs the checkpoint does not name hold their devices
             if self.dynamic_mig is not None:  # MIG devices no prepared claim holds are destroyed
                 preparer.partitions = self.dynamic_mig
@@ -264,6 +292,7 @@ class DraDaemon:
                 f"; tainted: {', '.join(tainted)}" if tainted else "",
             )
             self.published = entries
+            self.store.save(entries)
             publisher.update(entries)
 
     async def _follow(self, publisher: SlicePublisher) -> None:

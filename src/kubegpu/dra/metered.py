@@ -5,7 +5,7 @@ refused (from the Preparer's failure counts) and the rebuilds of lost checkpoint
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubegpu.dra.checkpoint import COMPLETED
@@ -29,6 +29,7 @@ class MeteredPreparer(Preparer):
         super().__init__(**preparer)
         self.events = events
         self.failures.on_counted = self._count_refusals
+        self.on_unprepared: Callable[[], None] = lambda: None  # the daemon re-publishes (lost devices)
         self.count_prepared()
 
     def _count_refusals(self, kinds: Mapping[str, int]) -> None:
@@ -57,6 +58,7 @@ class MeteredPreparer(Preparer):
         for error in errors.values():
             self.events.unprepared("error" if error else "success", took)
         self.count_prepared()
+        self.on_unprepared()
         return errors
 
     def prepare_allocated(self, claim: AllocatedClaim) -> Outcome:
