@@ -3,6 +3,7 @@ allocator: what tests, the demo and `kubegpu explain` use to see which device a 
 
 Modules, one job each:
   cel        DRA's CEL environment on cel-python: compile selectors, evaluate them on one device
+  cel_device the `device` variable an expression sees (driver, attributes, capacity), built once per device
   cel_library the Kubernetes CEL libraries selectors use (quantity, semver, strings, lists, regex)
   model      DeviceClass, ResourceClaim, ResourceSlice parsed from v1/v1beta2 or v1beta1 JSON
   nodes      which node a slice or device is reachable from (nodeName, allNodes, NodeSelector)
@@ -11,6 +12,8 @@ Modules, one job each:
   counters   shared counters (partitionable devices): what a pool has left, what a device would take
   capacity   consumable capacity: request policies (default, validRange, validValues), what fits
   allocator  the scheduler's structured allocator: status.allocation for a pod's claims on one node
+  allocator_parts what it searches with and hands back: requests, results, constraints, feature gates,
+             selector errors in the scheduler's words, a claim's status.allocation JSON
   explain    per node and request, the verdict on every device (which selector said no, taints, in use,
              which counter or capacity is short and who holds it)
 Imports only kubegpu.common and third-party libraries.

@@ -16,19 +16,31 @@ slice order, backtracking when a later request cannot be met).
 this node. Problems in the input (a missing class, a CEL error, an invalid pool) raise `AllocationError`
 with the scheduler's words: the scheduler stops trying other nodes then and reports it.
 Not modelled: binding conditions, extended-resource requests, and scoring.
+The search is here; its requests, results, constraints, feature gates and JSON output are in allocator_parts.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import semver
-
-from .capacity import CapacityError, demand, shortfall, status_quantity
-from .cel import CelError, compile_selector, device_activation
+from .allocator_parts import (
+    AllocationError,
+    AttributeConstraint,
+    Candidate,
+    Features,
+    Request,
+    Result,
+    all_taints_tolerated,
+    allocation_json,
+    check_features,
+    claim_constraints,
+    evaluate_selector,
+    request_demand,
+)
+from .capacity import CapacityError, shortfall
+from .cel import CelError, device_activation
 from .counters import CounterLedger
 from .holdings import Holdings
 from .model import (
@@ -43,106 +55,17 @@ from .model import (
 from .nodes import Node, reachable
 from .pools import Pool, gather_pools
 
+__all__ = [
+    "AllocationError",
+    "Allocator",
+    "Candidate",
+    "Features",
+    "all_taints_tolerated",
+    "allocated_devices",
+    "evaluate_selector",
+]
 
-class AllocationError(Exception):
-    """Allocation cannot be attempted: the claims, classes or slices are wrong, not the node."""
-
-
-@dataclass(frozen=True, slots=True)
-class Features:
-    """The scheduler's DRA feature gates that change allocation (1.36 defaults)."""
-
-    admin_access: bool = True  # beta in 1.34
-    prioritized_list: bool = True  # beta in 1.34 (firstAvailable)
-    device_taints: bool = True  # alpha in 1.34; when off, taints are not even stored
-    partitionable_devices: bool = True  # beta (on) in 1.36; off: slices with counters are skipped
-    consumable_capacity: bool = True  # beta (on) in 1.36; off: capacity requests are an error
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    id: DeviceID
-    device: Device
-    slice: ResourceSlice
-    pool: Pool | None = None
-
-
-@dataclass(slots=True)
-class _Request:
-    name: str  # the request's, or the subrequest's
-    parent: str | None  # the request holding this subrequest
-    exact: ExactRequest
-    device_class: DeviceClass
-    num_devices: int
-    all_devices: list[Candidate] | None = None
-
-    @property
-    def result_name(self) -> str:
-        return f"{self.parent}/{self.name}" if self.parent else self.name
-
-
-@dataclass(slots=True)
-class _Result:
-    request: _Request
-    candidate: Candidate
-    share_id: str = ""
-    consumed: Mapping[str, int] | None = None  # for a share: capacity name -> nano-units
-
-
-def all_taints_tolerated(device: Device, exact: ExactRequest) -> bool:
-    return all(any(t.tolerates(taint) for t in exact.tolerations) for taint in device.taints)
-
-
-def _attribute_key(value: Mapping[str, Any]) -> tuple[str, Any] | None:
-    for kind in ("string", "int", "bool", "version"):
-        if kind in value:
-            return kind, value[kind]
-    return None
-
-
-class _Constraint:
-    """matchAttribute / distinctAttribute over the devices of the named requests (all when none named)."""
-
-    def __init__(self, requests: Sequence[str], attribute: str, distinct: bool) -> None:
-        self.requests = set(requests)
-        self.attribute = attribute
-        self.distinct = distinct
-        self.values: list[tuple[str, Any]] = []
-
-    def _applies(self, base: str, sub: str) -> bool:
-        if not self.requests:
-            return True
-        return base in self.requests or (bool(sub) and f"{base}/{sub}" in self.requests)
-
-    def add(self, base: str, sub: str, candidate: Candidate) -> bool:
-        if not self._applies(base, sub):
-            return True
-        raw = candidate.device.attribute(self.attribute, candidate.id.driver)
-        value = _attribute_key(raw) if raw is not None else None
-        if value is None:
-            return False
-        if self.distinct:
-            if any(_same(value, v) for v in self.values):
-                return False
-        elif self.values and not _same(value, self.values[0]):
-            return False
-        self.values.append(value)
-        return True
-
-    def remove(self, base: str, sub: str) -> None:
-        if self._applies(base, sub):
-            self.values.pop()
-
-
-def _same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
-    if a[0] != b[0]:
-        return False
-    if a[0] == "version" and b[1] != a[1]:
-        try:
-            return semver.Version.parse(str(a[1])).compare(str(b[1])) == 0
-        except ValueError:
-            return False
-    return bool(a[1] == b[1])
+_DEFAULT_FEATURES = Features()  # frozen: one instance serves every default
 
 
 class Allocator:
@@ -152,7 +75,7 @@ class Allocator:
         classes: Mapping[str, DeviceClass] | Iterable[DeviceClass],
         slices: Iterable[ResourceSlice],
         allocated: Iterable[DeviceID] | Holdings = (),
-        features: Features = Features(),
+        features: Features = _DEFAULT_FEATURES,
         share_ids: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
         """`claims`: the pod's claims that need an allocation. `allocated`: what claims already hold
@@ -180,10 +103,10 @@ class _Search:
         self.a = allocator
         self.node = node
         self.pools: list[Pool] = []
-        self.requests: dict[tuple[int, int, int], _Request] = {}
-        self.constraints: list[list[_Constraint]] = []
+        self.requests: dict[tuple[int, int, int], Request] = {}
+        self.constraints: list[list[AttributeConstraint]] = []
         self.allocating: dict[DeviceID, set[int]] = {}
-        self.results: list[list[_Result]] = [[] for _ in allocator.claims]
+        self.results: list[list[Result]] = [[] for _ in allocator.claims]
         self.selected_sub: dict[tuple[int, int], int] = {}
         self._matches: dict[tuple[Any, ...], bool] = {}
         self._activations: dict[DeviceID, Mapping[str, Any]] = {}
@@ -207,24 +130,8 @@ class _Search:
         for ci, claim in enumerate(a.claims):
             minimum = 0
             for ri, request in enumerate(claim.requests):
-                if not a.features.consumable_capacity:
-                    if request.exactly is not None and request.exactly.capacity_requests is not None:
-                        raise AllocationError(
-                            f"claim {claim.ref}, request {request.name}: has capacity requests, but the "
-                            "DRAConsumableCapacity feature is disabled"
-                        )
-                    for sub in request.first_available:
-                        if sub.exactly.capacity_requests is not None:
-                            raise AllocationError(
-                                f"claim {claim.ref}, subrequest {sub.name}: has capacity requests, but the "
-                                "DRAConsumableCapacity feature is disabled"
-                            )
+                check_features(claim, request, a.features)
                 if request.first_available:
-                    if not a.features.prioritized_list:
-                        raise AllocationError(
-                            f"claim {claim.ref}, request {request.name}: has subrequests, but the "
-                            "DRAPrioritizedList feature is disabled"
-                        )
                     fewest = None
                     for si, sub in enumerate(request.first_available):
                         data = self._validate((ci, ri, si), sub.name, request.name, sub.exactly)
@@ -241,17 +148,7 @@ class _Search:
                     f"claim {claim.ref}: number of requested devices {minimum} exceeds the claim limit of "
                     f"{ALLOCATION_RESULTS_MAX}"
                 )
-            constraints = []
-            for i, c in enumerate(claim.constraints):
-                if c.match_attribute:
-                    constraints.append(_Constraint(c.requests, c.match_attribute, distinct=False))
-                elif c.distinct_attribute:
-                    constraints.append(_Constraint(c.requests, c.distinct_attribute, distinct=True))
-                else:
-                    raise AllocationError(
-                        f"claim {claim.ref}, constraint #{i}: empty constraint (unsupported constraint type?)"
-                    )
-            self.constraints.append(constraints)
+            self.constraints.append(claim_constraints(claim))
         if not self._allocate_one(0, 0, 0, 0, False):
             return None
         return [self._allocation(ci) for ci in range(len(a.claims))]
@@ -260,7 +157,7 @@ class _Search:
 
     def _validate(
         self, key: tuple[int, int, int], name: str, parent: str | None, exact: ExactRequest
-    ) -> _Request:
+    ) -> Request:
         claim = self.a.claims[key[0]]
         if exact.admin_access and not self.a.features.admin_access:
             raise AllocationError(
@@ -273,7 +170,7 @@ class _Search:
                 f"claim {claim.ref}, request {name}: could not retrieve device class {class_name}: "
                 f'deviceclass.resource.k8s.io "{class_name}" not found'
             )
-        data = _Request(name, parent, exact, device_class, 0)
+        data = Request(name, parent, exact, device_class, 0)
         if exact.allocation_mode == "ExactCount":
             data.num_devices = exact.count
         elif exact.allocation_mode == "All":
@@ -360,7 +257,7 @@ class _Search:
         return False
 
     def _allocate_device(
-        self, ci: int, data: _Request, candidate: Candidate, *, must: bool
+        self, ci: int, data: Request, candidate: Candidate, *, must: bool
     ) -> Callable[[], None] | None:
         device_id = candidate.id
         features = self.a.features
@@ -398,9 +295,9 @@ class _Search:
                 for earlier in constraints[:i]:
                     earlier.remove(base, sub)
                 return None
-        result = _Result(data, candidate)
+        result = Result(data, candidate)
         if shared:
-            wanted = self._demand(data, candidate)
+            wanted = request_demand(data, candidate)
             assert wanted is not None  # _capacity_fits said yes
             result.consumed = wanted
             result.share_id = self.a.share_ids()
@@ -433,22 +330,11 @@ class _Search:
     def _capacity_in_use(self, device_id: DeviceID) -> bool:
         return self.a.holdings.consumed(device_id) is not None or device_id in self.allocating_capacity
 
-    def _demand(self, data: _Request, candidate: Candidate) -> dict[str, int] | None:
-        """What allocating the candidate for the request consumes of its capacities; None when the
-        device cannot take the request (a capacity it lacks, or a quantity that cannot be read)."""
-        try:
-            wanted = demand(
-                data.exact.capacity_requests, candidate.device, candidate.id.driver, data.result_name
-            )
-        except CapacityError:
-            return None  # the scheduler skips the device (and logs the error at V(7))
-        return None if not isinstance(wanted, dict) else wanted
-
-    def _capacity_fits(self, data: _Request, candidate: Candidate) -> bool:
+    def _capacity_fits(self, data: Request, candidate: Candidate) -> bool:
         """CmpRequestOverCapacity: the request policy and what earlier allocations consumed."""
         if not self.a.features.consumable_capacity:
             return True
-        wanted = self._demand(data, candidate)
+        wanted = request_demand(data, candidate)
         if wanted is None:
             return False
         consumed = [
@@ -475,7 +361,7 @@ class _Search:
     def _selectable(
         self,
         key: tuple[int, int, int],
-        data: _Request,
+        data: Request,
         device_id: DeviceID,
         device: Device,
         slice_: ResourceSlice,
@@ -507,92 +393,7 @@ class _Search:
 
     def _allocation(self, ci: int) -> dict[str, Any]:
         claim = self.a.claims[ci]
-        results = []
-        for result in self.results[ci]:
-            entry: dict[str, Any] = {
-                "request": result.request.result_name,
-                "driver": result.candidate.id.driver,
-                "pool": result.candidate.id.pool,
-                "device": result.candidate.id.device,
-            }
-            if result.request.exact.admin_access:
-                entry["adminAccess"] = True
-            if result.share_id:
-                entry["shareID"] = result.share_id
-                capacity = result.candidate.device.capacity
-                if result.consumed:
-                    entry["consumedCapacity"] = {
-                        name: status_quantity(amount, capacity[name])
-                        for name, amount in result.consumed.items()
-                    }
-            if result.request.exact.tolerations and self.a.features.device_taints:
-                entry["tolerations"] = [_toleration_json(t) for t in result.request.exact.tolerations]
-            results.append(entry)
-        config: list[dict[str, Any]] = []
-        chosen: dict[int, _Request] = {}
-        for ri, _ in enumerate(claim.requests):
-            chosen[ri] = self.requests[(ci, ri, self.selected_sub.get((ci, ri), 0))]
-            for class_config in chosen[ri].device_class.config:
-                config.append({"source": "FromClass", **{k: v for k, v in class_config.items()}})
-        for claim_config in claim.config:
-            names = list(claim_config.get("requests") or [])
-            applies = not names or any(
-                r.name in names or (chosen[ri].parent is not None and chosen[ri].result_name in names)
-                for ri, r in enumerate(claim.requests)
-            )
-            if applies:
-                config.append({"source": "FromClaim", **{k: v for k, v in claim_config.items()}})
-        allocation: dict[str, Any] = {"devices": {"results": results}}
-        if config:
-            allocation["devices"]["config"] = config
-        selector = _node_selector([r.candidate for r in self.results[ci]])
-        if selector is not None:
-            allocation["nodeSelector"] = selector
-        return allocation
-
-
-def evaluate_selector(source: str, index: int, expression: str, activation: Mapping[str, Any]) -> bool:
-    """One selector on one device; AllocationError with the scheduler's words when CEL fails."""
-    try:
-        return compile_selector(expression).matches(activation)
-    except CelError as err:
-        phase = "compile" if str(err).startswith("compilation failed") else "runtime"
-        raise AllocationError(f"{source}: selector #{index}: CEL {phase} error: {err}") from None
-
-
-def _toleration_json(t: Any) -> dict[str, Any]:
-    out = {"operator": t.operator}
-    for name in ("key", "value", "effect"):
-        if getattr(t, name):
-            out[name] = getattr(t, name)
-    return out
-
-
-def _node_selector(candidates: Sequence[Candidate]) -> dict[str, Any] | None:
-    """createNodeSelector: a node-local device pins the claim to its node; selectors are combined."""
-    expressions: list[Any] = []
-    fields: list[Any] = []
-    for c in candidates:
-        per_device = c.slice.per_device_node_selection
-        node_name = c.device.node_name if per_device else c.slice.node_name
-        selector = c.device.node_selector if per_device else c.slice.node_selector
-        if node_name:
-            return {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
-                ]
-            }
-        if selector:
-            terms = selector.get("nodeSelectorTerms") or []
-            if len(terms) != 1:
-                return dict(selector)
-            expressions += [e for e in terms[0].get("matchExpressions") or [] if e not in expressions]
-            fields += [f for f in terms[0].get("matchFields") or [] if f not in fields]
-    if not expressions and not fields:
-        return None
-    term: dict[str, Any] = {}
-    if expressions:
-        term["matchExpressions"] = expressions
-    if fields:
-        term["matchFields"] = fields
-    return {"nodeSelectorTerms": [term]}
+        chosen = [
+            self.requests[(ci, ri, self.selected_sub.get((ci, ri), 0))] for ri in range(len(claim.requests))
+        ]
+        return allocation_json(claim, self.results[ci], chosen, device_taints=self.a.features.device_taints)
