@@ -58,6 +58,34 @@ class Row:
     passed: bool | None = None
 
 
+def latency_rows(
+    metric: str,
+    ours: dict[str, float],
+    base: dict[str, float],
+    base_notes: tuple[str, str],
+    target: str,
+    passed: bool,
+) -> list[Row]:
+    """The p50 row and the p99/max row (judged against `target`) of a latency measured against a baseline."""
+    p50_note, p99_note = (f" ({note})" if note else "" for note in base_notes)
+    return [
+        Row(
+            f"{metric}, p50",
+            ms(ours["p50_ms"]),
+            f"{ms(base['p50_ms'])}{p50_note}",
+            ratio(ours["p50_ms"], base["p50_ms"]),
+        ),
+        Row(
+            f"{metric}, p99 / max",
+            f"{ms(ours['p99_ms'])} / {ms(ours['max_ms'])}",
+            f"{ms(base['p99_ms'])} / {ms(base['max_ms'])}{p99_note}",
+            ratio(ours["p99_ms"], base["p99_ms"]),
+            target,
+            passed,
+        ),
+    ]
+
+
 @dataclass
 class Result:
     name: str

@@ -22,7 +22,7 @@ import asyncio
 import random
 import time
 
-from bench.common import Result, Row, interruptible, ms, ratio, summary_ms
+from bench.common import Result, interruptible, latency_rows, ratio, summary_ms
 from bench.xid_latency import _run as device_plugin_run
 from kubegpu.demo.dranode import SimulatedDraNode
 from kubegpu.kubeletsim import EventKind
@@ -113,22 +113,14 @@ async def _run(injections: int, xid: int, profile: str) -> Result:
         },
         target=target,
         passed=passed,
-        rows=[
-            Row(
-                "DRA: XID -> Unhealthy on the kubelet's health stream, p50",
-                ms(ours_s["p50_ms"]),
-                f"{ms(base_s['p50_ms'])} (device plugin: XID -> ListAndWatch update)",
-                r50,
-            ),
-            Row(
-                "DRA: XID -> Unhealthy on the kubelet's health stream, p99 / max",
-                f"{ms(ours_s['p99_ms'])} / {ms(ours_s['max_ms'])}",
-                f"{ms(base_s['p99_ms'])} / {ms(base_s['max_ms'])} (device plugin, same path)",
-                r99,
-                target,
-                passed,
-            ),
-        ],
+        rows=latency_rows(
+            "DRA: XID -> Unhealthy on the kubelet's health stream",
+            ours_s,
+            base_s,
+            ("device plugin: XID -> ListAndWatch update", "device plugin, same path"),
+            target,
+            passed,
+        ),
     )
 
 

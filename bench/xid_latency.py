@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import Result, Row, interruptible, ms, ratio, summary_ms
+from bench.common import Result, interruptible, latency_rows, ratio, summary_ms
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.kubeletsim import EventKind
 from kubegpu.node.nvml.fake import FakeNvml
@@ -152,22 +152,9 @@ async def _run(injections: int, xid: int, profile: str) -> Result:
         },
         target=target,
         passed=passed,
-        rows=[
-            Row(
-                "XID -> Unhealthy at the kubelet, p50",
-                ms(ours_s["p50_ms"]),
-                f"{ms(base_s['p50_ms'])} (fake NVML event wait)",
-                r50,
-            ),
-            Row(
-                "XID -> Unhealthy at the kubelet, p99 / max",
-                f"{ms(ours_s['p99_ms'])} / {ms(ours_s['max_ms'])}",
-                f"{ms(base_s['p99_ms'])} / {ms(base_s['max_ms'])}",
-                r99,
-                target,
-                passed,
-            ),
-        ],
+        rows=latency_rows(
+            "XID -> Unhealthy at the kubelet", ours_s, base_s, ("fake NVML event wait", ""), target, passed
+        ),
     )
 
 
