@@ -54,8 +54,8 @@ def test_without_a_class_mapping_the_bridge_does_not_apply_and_says_so(tmp_path:
     assert (
         "extended-resource bridge: no DeviceClass has extendedResourceName: nvidia.com/gpu, so "
         "nvidia.com/gpu is served only by nodes whose device plugin advertises it; nodes that publish their "
-        "GPUs through DRA cannot serve it (set extendedResourceName: nvidia.com/gpu on one DeviceClass, e.g. gpu.nvidia.com, "
-        "or ask for the device with a ResourceClaim)" in report["notes"]
+        "GPUs through DRA cannot serve it (set extendedResourceName: nvidia.com/gpu on one DeviceClass, "
+        "e.g. gpu.nvidia.com, or ask for the device with a ResourceClaim)" in report["notes"]
     )
 
 
