@@ -10,11 +10,15 @@ NVIDIA's, written out here."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+
+from click.testing import CliRunner
 
 from kubegpu.demo.dranode import DRIVER, NODE
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import Container, Pod
+from kubegpu.toolkit.cli import explain
 
 
 def bridge(node: DraNode, name: str = "nvidia.com/gpu") -> None:
@@ -34,6 +38,27 @@ def extended_claims(node: DraNode) -> list[dict[str, Any]]:
         for c in node.api.list("resourceclaims")
         if (c["metadata"].get("annotations") or {}).get("resource.kubernetes.io/extended-resource-claim")
     ]
+
+
+def explain_pod(node: DraNode, tmp_path: Path, name: str) -> dict[str, Any]:
+    """`kubegpu explain --json` on a snapshot of the simulated cluster, as `kubectl get -o json` gives it."""
+    items = [
+        {"apiVersion": "v1", "kind": kind, **obj}
+        for kind, plural in (("Node", "nodes"), ("Pod", "pods"))
+        for obj in node.api.list(plural)
+    ] + [
+        {"apiVersion": "resource.k8s.io/v1", "kind": kind, **obj}
+        for kind, plural in (
+            ("ResourceSlice", "resourceslices"),
+            ("DeviceClass", "deviceclasses"),
+            ("ResourceClaim", "resourceclaims"),
+        )
+        for obj in node.api.list(plural)
+    ]
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    result = CliRunner().invoke(explain, [f"default/{name}", "--snapshot", str(path), "--json"])
+    return dict(json.loads(result.output))
 
 
 async def started(node: DraNode, devices: int) -> None:
@@ -113,7 +138,7 @@ async def test_a_gpu_pod_on_a_dra_only_node_gets_a_claim_prepared_and_the_cdi_de
         assert not (node.cdi / f"k8s.gpu.nvidia.com-claim_{claim_uid}.json").exists()
 
 
-async def test_without_a_class_mapping_the_pod_stays_pending() -> None:
+async def test_without_a_class_mapping_the_pod_stays_pending_and_explain_says_why(tmp_path: Path) -> None:
     async with DraNode("t4-pcie") as node:
         await started(node, 4)
         pod = gpu_pod("train")
@@ -121,6 +146,31 @@ async def test_without_a_class_mapping_the_pod_stays_pending() -> None:
         assert node.schedule_extended(pod) is None  # nvidia.com/gpu: not advertised, not bridged
         assert extended_claims(node) == []
         assert "extendedResourceClaimStatus" not in (node.api.get("pods", "train").get("status") or {})
+        unscheduled = node.api.get("pods", "train")
+        del unscheduled["spec"]["nodeName"]  # as the scheduler left it: Pending, unbound
+        node.api.update("pods", unscheduled)
+        ready = node.api.get("nodes", NODE, namespace="")  # what the kubelet reports of a node with room
+        room = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+        ready["status"] = {
+            "capacity": room,
+            "allocatable": room,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+        node.api.update("nodes", ready, status=True)
+        report = explain_pod(node, tmp_path, "train")
+        assert report["status"] == "pending-unschedulable"
+        assert any(
+            n.startswith("extended-resource bridge: no DeviceClass has extendedResourceName: nvidia.com/gpu")
+            for n in report["notes"]
+        )
+
+        bridge(node)  # the class now maps it: explain finds the node where the special claim fits
+        report = explain_pod(node, tmp_path, "train")
+        assert (report["status"], report["feasible_nodes"]) == ("would-fit", [NODE])
+        (row,) = report["dra"]["nodes"]
+        assert row["allocation"] == [
+            f"default/train-extended-resources container-0-request-0: {DRIVER}/{NODE}/gpu-0"
+        ]
 
 
 async def test_a_node_advertising_the_resource_keeps_it_with_the_device_plugin() -> None:
