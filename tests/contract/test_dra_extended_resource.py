@@ -10,6 +10,8 @@ NVIDIA's, written out here."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from kubegpu.demo.dranode import DRIVER, NODE
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import Container, Pod
 from kubegpu.toolkit.cli import explain
+from tests.contract.conftest import profile_inventory
 
 
 def bridge(node: DraNode, name: str = "nvidia.com/gpu") -> None:
@@ -193,3 +196,42 @@ async def test_a_node_advertising_the_resource_keeps_it_with_the_device_plugin()
         bridged = node.schedule_extended(pod)
         assert bridged is not None and bridged.extended_claim is not None
         assert len(extended_claims(node)) == 1
+
+
+def start_plugin(node: DraNode, kubelet_socket: Path) -> subprocess.Popen[bytes]:
+    """`kubegpu plugin` on the node's fake NVML, registering with its kubelet simulator."""
+    with (node.root / "plugin.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kubegpu", "plugin", "--kubelet-socket", str(kubelet_socket)],
+            env=node.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+async def test_gpus_split_between_the_device_plugin_and_dra_the_plugin_serves_the_gpu_pod() -> None:
+    """`kubegpu plugin` (GPUs 2 and 3) and `kubegpu dra` (GPUs 0 and 1) on one node, both processes: the node
+    advertises nvidia.com/gpu, so the bridge leaves the pod to the device plugin even with the class."""
+    uuids = [g.uuid for g in profile_inventory("t4-pcie").gpus]
+    async with DraNode("t4-pcie", env={"KUBEGPU_DRA_GPUS": "0,1"}) as node:
+        await started(node, 2)
+        assert node.sim is not None
+        sim = node.sim
+        plugin = start_plugin(node, sim.socket_path)
+        try:
+            await sim.wait_for(lambda: sim.allocatable().get("nvidia.com/gpu") == 2, 30)
+            status = node.api.get("nodes", NODE, namespace="")  # the node status the kubelet reports
+            advertised = {k: str(v) for k, v in sim.allocatable().items()}
+            status["status"] = {"capacity": advertised, "allocatable": advertised}
+            node.api.update("nodes", status, status=True)
+            bridge(node)
+            pod = gpu_pod("train")
+            node.create_pod(pod)
+            assert node.schedule_extended(pod) == pod
+            assert extended_claims(node) == []
+            allocation = await sim.admit(pod)
+            (device,) = allocation.containers["main"].devices["nvidia.com/gpu"]
+            assert device in uuids[2:]  # one of the plugin's GPUs, never one DRA publishes
+        finally:
+            plugin.terminate()
+            plugin.wait(15)
