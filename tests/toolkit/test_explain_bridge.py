@@ -110,3 +110,11 @@ def test_a_node_whose_device_plugin_advertises_the_resource_keeps_it(tmp_path: P
         "1 node(s) advertise it through a device plugin, which serves it there: gpu-p" in n
         for n in report["notes"]
     )
+
+
+def test_the_human_output_names_the_bridge_and_the_special_claims_devices(tmp_path: Path) -> None:
+    code, text = run(tmp_path, dra_nodes(bridged_class(), holder(), gpu_pod()))
+    assert code == 1
+    assert text.startswith("Pod ml/train (Pending) requests nvidia.com/gpu: 1\n")  # no pod claims to list
+    assert "extended-resource bridge: DeviceClass gpu.nvidia.com serves nvidia.com/gpu" in text
+    assert "ml/train-extended-resources" in text and "gpu.nvidia.com/gpu-a/gpu-0: in use" in text
