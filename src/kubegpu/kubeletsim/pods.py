@@ -88,6 +88,12 @@ class Pod:
             names.append((self.extended_claim.claim_name, False))
         return names
 
+    def dra_extended_resources(self) -> frozenset[str]:
+        """The extended resources the bridge's claim serves: the device manager leaves them alone (the
+        kubelet's extendedResourceAllocationModeForPod), even where a device plugin advertises them."""
+        mappings = self.extended_claim.request_mappings if self.extended_claim else ()
+        return frozenset(m.resource_name for m in mappings)
+
     def in_start_order(self) -> Iterator[tuple[Container, bool]]:
         """(container, is_init) with init containers first, the order the kubelet admits and starts them."""
         for c in self.init_containers:
