@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegpu.api.drahealth.v1alpha1 import api_pb2 as health_pb2
-from kubegpu.dra.devices import device_entries
+from kubegpu.dra.devices import device_entries, device_table
 from kubegpu.dra.health_stream import DeviceHealthReport, HealthBroadcast, health_reports
 from kubegpu.node.discovery import discover, nvml_session
 from kubegpu.node.inventory import Health, Inventory
@@ -32,7 +32,8 @@ def discovered(profile: str) -> Inventory:
 
 
 def by_name(inventory: Inventory, *, monitored: bool = True) -> dict[str, tuple[str, int, str]]:
-    reports = health_reports(inventory, ALL, pool="node-a", driver_name="gpu.nvidia.com", monitored=monitored)
+    table = device_table(inventory, ALL)
+    reports = health_reports(table, pool="node-a", driver_name="gpu.nvidia.com", monitored=monitored)
     return {r.device: (r.pool, r.health, r.message) for r in reports}
 
 

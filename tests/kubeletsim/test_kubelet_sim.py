@@ -24,8 +24,10 @@ from kubegpu.kubeletsim import (
     ContainerStartError,
     DeviceState,
     EventKind,
+    ExtendedResourceClaim,
     KubeletSimulator,
     Pod,
+    RequestMapping,
 )
 from kubegpu.kubeletsim.poddevices import PodDevices, ResourceAllocation
 
@@ -669,3 +671,19 @@ def test_kubelet_sim_command_restarts_on_sighup_and_stops_on_sigterm(plugin_dir:
     finally:
         proc.kill()
         proc.wait()
+
+
+async def test_a_resource_the_bridge_claim_serves_takes_no_device_plugin_device(
+    sim: KubeletSimulator, plugin: FakePlugin
+) -> None:
+    """The pod's extendedResourceClaimStatus maps the resource to a DRA claim: the device manager leaves it
+    alone even though a device plugin advertises it (the kubelet's extendedResourceAllocationModeForPod)."""
+    await plugged_in(sim, plugin)
+    bridged = ExtendedResourceClaim(
+        "p-extended-resources-x7k9p", [RequestMapping("c", RES, "container-0-request-0")]
+    )
+    allocation = await sim.admit(
+        Pod("p", containers=[Container("c", {RES: 1})], extended_claim=bridged), start=False
+    )
+    assert allocation.containers["c"].devices == {}
+    assert sim.rpc_calls("Allocate") == []

@@ -7,7 +7,8 @@ metadata names and labels; ResourceSlice driver, pool, node selection (exactly o
 and limits, taint effects, immutable driver and nodeName; ResourceClaim request names, exactly-or-
 firstAvailable, class names, allocation modes and counts, CEL selectors that must compile, constraints,
 immutable spec; claim status: reservedFor (at most 256, unique, needs an allocation) and an allocation that
-cannot change once set; DeviceClass selectors and config. Partitionable devices and consumable capacity
+cannot change once set; DeviceClass selectors and config; a pod's `status.extendedResourceClaimStatus`
+(`pod_status`). Partitionable devices and consumable capacity
 (sharedCounters, consumesCounters, request policies, capacity requests, shareID) are in `partitionable`,
 the name rules (DNS labels and subdomains, driver names, qualified IDs) and their texts in `names`.
 Not modelled: everything else (e.g. opaque config
@@ -26,9 +27,17 @@ from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_dns1123_subdomain, is_qualified_name
 
 from .errors import FieldError
-from .kinds import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
+from .kinds import (
+    DEVICE_CLASSES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    ResourceKind,
+)
 from .names import DNS_LABEL, DNS_LABEL_MSG, DNS_SUBDOMAIN_MSG, driver_name, qualified_id
 from .partitionable import allocation_results, capacity_requests, device_fields, shared_counters
+from .pod_status import validate_pod_status
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
@@ -62,6 +71,8 @@ def validate(
         errors += _claim_status(obj.get("status") or {}, (old or {}).get("status") or {})
     elif kind is RESOURCE_CLAIM_TEMPLATES:
         errors += _claim_spec(spec.get("spec") or {}, "spec.spec", check_cel)
+    elif kind is PODS:
+        errors += validate_pod_status(obj)
     elif kind is DEVICE_CLASSES:
         errors += _selectors(spec.get("selectors"), "spec.selectors", check_cel)
         for i, config in enumerate(spec.get("config") or []):

@@ -6,6 +6,7 @@ the published slices and reserves it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import signal
@@ -17,14 +18,27 @@ from pathlib import Path
 from typing import Any
 
 from kubegpu.apisim import ApiServerSim
-from kubegpu.kubeletsim import Container, ContainerClaim, DraSettings, KubeletSimulator, Pod, PodResourceClaim
+from kubegpu.kubeletsim import (
+    Container,
+    ContainerClaim,
+    DraSettings,
+    ExtendedResourceClaim,
+    KubeletSimulator,
+    Pod,
+    PodResourceClaim,
+    RequestMapping,
+)
 from kubegpu.resourceapi import (
     Allocator,
     Holdings,
+    class_mapping,
+    extended_claim,
     parse_claim,
     parse_class,
     parse_slice,
+    requests_and_mappings,
     reserved_status,
+    routes,
 )
 
 NODE = "node-a"
@@ -167,22 +181,74 @@ class SimulatedDraNode:
     def try_allocate(self, claim: dict[str, Any], pod: Pod) -> dict[str, Any] | None:
         """`allocate`, or None (the claim created, left unallocated) when no device fits."""
         created = self.api.create("resourceclaims", claim)
+        allocations = self._allocate_on_node(created)
+        if allocations is None:
+            return None
+        created["status"] = reserved_status(allocations[0], pod.name, pod.uid)
+        return self.api.update("resourceclaims", created, status=True)
+
+    def _allocate_on_node(self, claim: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The allocator's status.allocation for `claim` on this node, next to what allocated claims hold
+        (devices held whole, and the shares of shared ones); None when no device fits."""
         held = [
             parse_claim(c)
             for c in self.api.list("resourceclaims")
             if (c.get("status") or {}).get("allocation")
         ]
         allocator = Allocator(
-            [parse_claim(created)],
+            [parse_claim(claim)],
             [parse_class(c) for c in self.api.list("deviceclasses")],
             [parse_slice(s) for s in self.slices()],
-            Holdings.of_claims(held),  # devices held whole, and the shares of shared ones
+            Holdings.of_claims(held),
         )
-        allocations = allocator.allocate(self.api.get("nodes", NODE, namespace=""))
+        return allocator.allocate(self.api.get("nodes", NODE, namespace=""))
+
+    def schedule_extended(self, pod: Pod) -> Pod | None:
+        """The scheduler's extended-resource bridge (KEP-5004) for `pod` (created with `create_pod`) on this
+        node: the resources the node does not advertise but a DeviceClass serves get the special claim,
+        allocated, created, reserved for the pod, and recorded in the pod's `extendedResourceClaimStatus`.
+
+        Returns the pod as the kubelet then sees it (its API UID, the claim status read back from the API
+        server); the pod unchanged when the node's device plugins serve all of it; None when it stays
+        Pending here (a resource neither advertised nor bridged, or no devices fit the claim)."""
+        obj = self.api.get("pods", pod.name, namespace=pod.namespace)
+        node = self.api.get("nodes", NODE, namespace="")
+        mapping = class_mapping(self.api.list("deviceclasses"))
+        found = routes(obj, (node.get("status") or {}).get("allocatable") or {}, mapping)
+        if any(r.fits_nowhere for r in found):
+            return None
+        bridged = [r.resource for r in found if r.through_dra]
+        if not bridged:
+            return pod
+        requests, mappings = requests_and_mappings(obj, bridged, mapping)
+        claim = extended_claim(obj, requests)
+        in_memory = {**claim, "metadata": {**claim["metadata"], "name": "extended-resources"}}
+        allocations = self._allocate_on_node(in_memory)  # allocated before it exists, as in Filter/Reserve
         if allocations is None:
             return None
-        created["status"] = reserved_status(allocations[0], pod.name, pod.uid)
-        return self.api.update("resourceclaims", created, status=True)
+        created = self.api.create("resourceclaims", claim, namespace=pod.namespace)
+        uid = obj["metadata"]["uid"]
+        created["status"] = reserved_status(allocations[0], pod.name, uid)
+        self.api.update("resourceclaims", created, status=True)
+        obj["status"] = {
+            **(obj.get("status") or {}),
+            "extendedResourceClaimStatus": {
+                "requestMappings": mappings,
+                "resourceClaimName": created["metadata"]["name"],
+            },
+        }
+        stored = self.api.update("pods", obj, status=True)["status"]["extendedResourceClaimStatus"]
+        return dataclasses.replace(
+            pod,
+            uid=uid,
+            extended_claim=ExtendedResourceClaim(
+                stored["resourceClaimName"],
+                tuple(
+                    RequestMapping(m["containerName"], m["resourceName"], m["requestName"])
+                    for m in stored["requestMappings"]
+                ),
+            ),
+        )
 
     def create_pod(self, pod: Pod) -> dict[str, Any]:
         """The pod's API object, bound to this node, so the kubelet can write its status."""
@@ -192,7 +258,10 @@ class SimulatedDraNode:
 def pod_object(pod: Pod, node: str = NODE) -> dict[str, Any]:
     def container(c: Container) -> dict[str, Any]:
         claims = [{"name": r.name, **({"request": r.request} if r.request else {})} for r in c.claims]
-        return {"name": c.name, "image": "busybox", **({"resources": {"claims": claims}} if claims else {})}
+        resources: dict[str, Any] = {"claims": claims} if claims else {}
+        if c.limits:
+            resources["limits"] = {name: str(amount) for name, amount in c.limits.items()}
+        return {"name": c.name, "image": "busybox", **({"resources": resources} if resources else {})}
 
     return {
         "apiVersion": "v1",

@@ -19,7 +19,7 @@ import collections
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,11 +136,12 @@ class DraDaemon:
     def report_health(self) -> None:
         """Hand the served devices' health to the kubelet's health streams (unchanged: nothing is sent)."""
         s = self.settings
+        table = self.devices()[1]
         reports = health_reports(
-            self.served(), s.selection, pool=s.node_name, driver_name=s.driver_name, monitored=self._monitored
+            table, pool=s.node_name, driver_name=s.driver_name, monitored=self._monitored
         )
         reports += tuple(
-            DeviceHealthReport(s.node_name, e["name"], UNHEALTHY, GPU_LOST) for e in self.lost_entries()
+            DeviceHealthReport(s.node_name, name, UNHEALTHY, GPU_LOST) for name in self.lost_held(table)
         )
         if self.health_stream.update(reports):
             self.events.devices(collections.Counter(HEALTH_NAMES[r.health] for r in reports))
@@ -152,6 +153,14 @@ class DraDaemon:
             return self.dynamic_mig.entries(table, inventory, selected, self.settings.driver_name)
         found = device_entries(self.served(), self.settings.selection, driver_name=self.settings.driver_name)
         return found + self.lost_entries()
+
+    def lost_held(self, table: Mapping[str, DraDevice]) -> list[str]:
+        """The devices a prepared claim holds that the node no longer has (their GPU lost), in name order:
+        streamed Unhealthy `GPU is lost` until the claim is unprepared, DynamicMIG's partitions included
+        (which, unlike whole GPUs, are not published again)."""
+        if self.checkpoint is None:
+            return []
+        return sorted({d.device for c in self.checkpoint.claims.values() for d in c.devices} - table.keys())
 
     def lost_entries(self) -> list[dict[str, Any]]:
         """Devices a prepared claim holds that discovery did not find, from their last published entries

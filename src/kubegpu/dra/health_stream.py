@@ -24,16 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import grpc
 
 from kubegpu.api.drahealth.v1alpha1 import api_pb2 as health_pb2
 from kubegpu.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
-from kubegpu.dra.devices import device_table, health_taint
-from kubegpu.node.inventory import Inventory
-from kubegpu.settings.dra_selection import GpuSelection
+from kubegpu.dra.devices import DraDevice, health_taint
 
 # What the driver advertises in GetInfo's supported_versions (the kubelet plugin helper's string): a 1.37
 # kubelet opens the stream only for a driver that lists it; 1.34-1.36 open it for every driver.
@@ -62,11 +60,14 @@ class DeviceHealthReport:
 
 
 def health_reports(
-    inventory: Inventory, selection: GpuSelection, *, pool: str, driver_name: str, monitored: bool
+    table: Mapping[str, DraDevice], *, pool: str, driver_name: str, monitored: bool
 ) -> tuple[DeviceHealthReport, ...]:
-    """Every published device's health, in slice order: the same devices and taints the slice carries."""
+    """Every published device's health, in slice order: the same devices and taints the slice carries.
+
+    `table` is what the node publishes (`devices.device_table`, with DynamicMIG's partitions in place of
+    their GPUs): a partition and a MIG device have their GPU's health, so they follow it."""
     reports = []
-    for name, device in device_table(inventory, selection).items():
+    for name, device in table.items():
         if not monitored:
             reports.append(DeviceHealthReport(pool, name, UNKNOWN, NOT_MONITORED))
             continue

@@ -40,9 +40,11 @@ from .pods import (
     Container,
     ContainerAllocation,
     ContainerClaim,
+    ExtendedResourceClaim,
     Pod,
     PodAllocation,
     PodResourceClaim,
+    RequestMapping,
     RunContainerOptions,
 )
 from .simulator import KubeletSimulator
@@ -58,6 +60,7 @@ __all__ = [
     "DraPlugin",
     "DraSettings",
     "EventKind",
+    "ExtendedResourceClaim",
     "KubeletSimulator",
     "Narrator",
     "Pod",
@@ -66,6 +69,7 @@ __all__ = [
     "PodResourceClaim",
     "PrepareError",
     "PreparedDevice",
+    "RequestMapping",
     "RpcRecord",
     "RunContainerOptions",
     "SimEvent",

@@ -89,8 +89,9 @@ class DeviceManager(DeviceSets):
     ) -> None:
         collected = False
         needs_checkpoint = False
+        through_dra = pod.dra_extended_resources()
         for resource, needed in container.limits.items():
-            if not self.is_device_plugin_resource(resource):
+            if not self.is_device_plugin_resource(resource) or resource in through_dra:
                 continue
             if not collected:
                 self.update_allocated_devices()
@@ -221,8 +222,9 @@ class DeviceManager(DeviceSets):
 
         Go: GetDeviceRunContainerOptions."""
         needs_reallocate = False
+        through_dra = pod.dra_extended_resources()
         for resource, count in container.limits.items():
-            if not self.is_device_plugin_resource(resource) or count == 0:
+            if not self.is_device_plugin_resource(resource) or count == 0 or resource in through_dra:
                 continue
             await self._pre_start_if_needed(pod.uid, container.name, resource)
             if pod.uid not in {p.uid for p in self._active_pods()}:

@@ -87,43 +87,41 @@ class DraManager:
         """DraError when the pod cannot start yet."""
         batches: dict[str, list[_Request]] = {}
         fetched: dict[str, Mapping[str, Any]] = {}  # claim uid -> the claim, for claims to prepare now
-        for pod_claim in pod.resource_claims:
-            if pod_claim.claim_name is None:
-                continue
+        for claim_name, from_template in pod.claim_names():
             try:
-                claim = await self._api.get_claim(pod.namespace, pod_claim.claim_name)
+                claim = await self._api.get_claim(pod.namespace, claim_name)
             except ApiRequestError as err:
-                name = pod_claim.claim_name
+                name = claim_name
                 raise DraError(
                     f"failed to fetch ResourceClaim {name} referenced by pod {pod.name}: {err}"
                 ) from None
             meta = claim.get("metadata") or {}
-            if pod_claim.from_template and not any(
+            if from_template and not any(
                 ref.get("uid") == pod.uid for ref in meta.get("ownerReferences") or []
             ):
                 raise DraError(
-                    f"ResourceClaim {pod.namespace}/{pod_claim.claim_name} was not created for pod "
+                    f"ResourceClaim {pod.namespace}/{claim_name} was not created for pod "
                     f"{pod.namespace}/{pod.name} (pod is not owner)"
                 )
             status = claim.get("status") or {}
             if not any(ref.get("uid") == pod.uid for ref in status.get("reservedFor") or []):
                 raise DraError(
                     f"pod {pod.name}({pod.uid}) is not allowed to use resource claim "
-                    f"{pod_claim.claim_name}({meta.get('uid', '')})"
+                    f"{claim_name}({meta.get('uid', '')})"
                 )
-            key = (pod.namespace, pod_claim.claim_name)
+            key = (pod.namespace, claim_name)
             info = self._claims.get(key)
             if info is None:
                 allocation = status.get("allocation")
                 if not allocation:
                     raise DraError(
-                        f"locked cache operation: claim {pod.namespace}/{pod_claim.claim_name}: not allocated"
+                        f"locked cache operation: claim {pod.namespace}/{claim_name}: not allocated"
                     )
                 drivers = {
                     r.get("driver", "") for r in (allocation.get("devices") or {}).get("results") or []
                 }
                 info = ClaimInfo(
-                    meta.get("uid", ""), pod_claim.claim_name, pod.namespace, set(), {d: [] for d in drivers}
+                    meta.get("uid", ""), claim_name, pod.namespace, set(), {d: [] for d in drivers}
                 )
                 self._claims[key] = info
             info.pod_uids.add(pod.uid)
@@ -202,7 +200,7 @@ class DraManager:
     # ---- unprepare --------------------------------------------------------------------------------
 
     async def unprepare(self, pod: Pod) -> None:
-        await self.unprepare_claims(pod.uid, pod.namespace, [c.claim_name for c in pod.resource_claims])
+        await self.unprepare_claims(pod.uid, pod.namespace, [name for name, _ in pod.claim_names()])
 
     async def unprepare_claims(self, pod_uid: str, namespace: str, claim_names: Iterable[str | None]) -> None:
         batches: dict[str, list[_Request]] = {}
@@ -251,6 +249,18 @@ class DraManager:
                     name = pod_claim.claim_name
                     raise DraError(f"unable to get claim info for claim {name} in namespace {pod.namespace}")
                 ids.extend(info.cdi_devices(claim.request))
+        extended = pod.extended_claim
+        if extended is not None:  # the bridge's claim: the requests the scheduler mapped to this container
+            requests = [
+                m.request_name for m in extended.request_mappings if m.container_name == container.name
+            ]
+            if requests:
+                info = self._claims.get((pod.namespace, extended.claim_name))
+                if info is None:
+                    name = extended.claim_name
+                    raise DraError(f"unable to get claim info for claim {name} in namespace {pod.namespace}")
+                for request in dict.fromkeys(requests):
+                    ids.extend(info.cdi_devices(request))
         return ids
 
     async def reconcile(self, active_pod_uids: Callable[[], set[str]]) -> None:

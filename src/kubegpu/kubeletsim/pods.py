@@ -32,6 +32,25 @@ class PodResourceClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestMapping:
+    """One entry of `status.extendedResourceClaimStatus.requestMappings`."""
+
+    container_name: str
+    resource_name: str
+    request_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendedResourceClaim:
+    """`status.extendedResourceClaimStatus`: the claim the scheduler created for the pod's extended resources
+    served through DRA (KEP-5004), and which of its requests serves which container's resource. The kubelet
+    prepares it like a pod claim and gives each container the CDI IDs of the requests mapped to it."""
+
+    claim_name: str
+    request_mappings: Sequence[RequestMapping] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Container:
     """A container's name and `resources.limits` (requests equal limits for extended resources).
 
@@ -55,11 +74,25 @@ class Pod:
     init_containers: Sequence[Container] = ()
     namespace: str = "default"  # pods are keyed by name in the simulator
     resource_claims: Sequence[PodResourceClaim] = ()
+    extended_claim: ExtendedResourceClaim | None = None
 
     def __post_init__(self) -> None:
         names = [c.name for c in (*self.init_containers, *self.containers)]
         if len(names) != len(set(names)):
             raise ValueError(f"pod {self.name}: container names must be unique, got {names}")
+
+    def claim_names(self) -> list[tuple[str, bool]]:
+        """The ResourceClaims the kubelet prepares for the pod: (name, must be owned by the pod)."""
+        names = [(c.claim_name, c.from_template) for c in self.resource_claims if c.claim_name is not None]
+        if self.extended_claim is not None:
+            names.append((self.extended_claim.claim_name, False))
+        return names
+
+    def dra_extended_resources(self) -> frozenset[str]:
+        """The extended resources the bridge's claim serves: the device manager leaves them alone (the
+        kubelet's extendedResourceAllocationModeForPod), even where a device plugin advertises them."""
+        mappings = self.extended_claim.request_mappings if self.extended_claim else ()
+        return frozenset(m.resource_name for m in mappings)
 
     def in_start_order(self) -> Iterator[tuple[Container, bool]]:
         """(container, is_init) with init containers first, the order the kubelet admits and starts them."""

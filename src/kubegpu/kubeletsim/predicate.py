@@ -63,8 +63,11 @@ def check_node_fit(
     used: dict[str, int] = {}
     for other in other_pods:
         _add(used, pod_requests(other))
+    through_dra = pod.dra_extended_resources()
     for resource, wanted in sorted(pod_requests(pod).items()):
         if wanted == 0 or not is_extended_resource_name(resource) or resource not in allocatable:
+            continue
+        if resource in through_dra:  # the bridge's claim serves it, not the node's device plugin
             continue
         if wanted > allocatable[resource] - used.get(resource, 0):
             raise AdmissionError(

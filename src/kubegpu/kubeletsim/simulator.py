@@ -350,7 +350,7 @@ class KubeletSimulator:
         (admit() does it when starting). PrepareError: the pod stays admitted, its containers unstarted;
         call again to retry, as the kubelet's next pod sync would."""
         pod = self._pod(pod_name)
-        if not pod.resource_claims:
+        if not pod.claim_names():
             return
         dra = self._require_dra()
         try:
@@ -367,7 +367,7 @@ class KubeletSimulator:
     async def unprepare_resources(self, pod_name: str) -> None:
         """NodeUnprepareResources for the pod's claims that no other pod uses (the pod has terminated)."""
         pod = self._pod(pod_name)
-        if not pod.resource_claims:
+        if not pod.claim_names():
             return
         dra = self._require_dra()
         try:
@@ -406,7 +406,7 @@ class KubeletSimulator:
         container, is_init = pod.container(container_name)
         try:
             options = await manager.run_container_options(pod, container, is_init)
-            if self._dra is not None and container.claims:
+            if self._dra is not None and (container.claims or pod.extended_claim is not None):
                 cdi = self._dra.manager.cdi_devices(pod, container)
                 options = dataclasses.replace(options, cdi_devices=(*options.cdi_devices, *cdi))
         except (DeviceManagerError, DraError) as err:

@@ -14,6 +14,8 @@ Modules, one job each:
   allocator  the scheduler's structured allocator: status.allocation for a pod's claims on one node
   allocator_parts what it searches with and hands back: requests, results, constraints, feature gates,
              selector errors in the scheduler's words, a claim's status.allocation JSON
+  extended   the extended-resource bridge (KEP-5004): which class serves a resource, which resources go
+             through DRA on a node, the special claim and the pod's request mappings
   explain    per node and request, the verdict on every device (which selector said no, taints, in use,
              which counter or capacity is short and who holds it)
 Imports only kubegpu.common and third-party libraries.
@@ -24,6 +26,15 @@ from typing import Any
 from .allocator import AllocationError, Allocator, Features, allocated_devices
 from .cel import CelError, compile_error, compile_selector, device_activation
 from .explain import CANNOT_ALLOCATE, DeviceVerdict, NodeAccount, RequestAccount, explain, holders
+from .extended import (
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION,
+    ResourceRoute,
+    class_mapping,
+    extended_claim,
+    is_extended_claim_of,
+    requests_and_mappings,
+    routes,
+)
 from .holdings import Holdings, Share
 from .model import (
     DeviceClass,
@@ -45,6 +56,7 @@ def reserved_status(allocation: dict[str, Any], pod_name: str, pod_uid: str) -> 
 
 __all__ = [
     "CANNOT_ALLOCATE",
+    "EXTENDED_RESOURCE_CLAIM_ANNOTATION",
     "AllocationError",
     "Allocator",
     "CelError",
@@ -58,16 +70,22 @@ __all__ = [
     "NodeAccount",
     "RequestAccount",
     "ResourceClaim",
+    "ResourceRoute",
     "ResourceSlice",
     "Share",
     "allocated_devices",
+    "class_mapping",
     "compile_error",
     "compile_selector",
     "device_activation",
     "explain",
+    "extended_claim",
     "holders",
+    "is_extended_claim_of",
     "parse_claim",
     "parse_class",
     "parse_slice",
+    "requests_and_mappings",
     "reserved_status",
+    "routes",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import msgspec
 
@@ -190,6 +191,8 @@ class PodStatus(PodStatusLite):
     container_statuses: list[ContainerStatus] | None = None
     init_container_statuses: list[ContainerStatus] | None = None
     resource_claim_statuses: list[PodResourceClaimStatus] | None = None
+    # The extended-resource bridge's claim (KEP-5004): {resourceClaimName, requestMappings}, as given.
+    extended_resource_claim_status: dict[str, Any] | None = None
 
 
 class PodLite(_Obj, tag_field="kind", tag="Pod"):

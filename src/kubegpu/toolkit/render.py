@@ -45,7 +45,7 @@ def print_explanation(result: Any, max_rows: int | None = None) -> None:
     """Human output of `explain`: the scheduler's line, fixes, fragmentation, then node by node."""
     out = console()
     wants = ", ".join(f"{n}: {v}" for n, v in result.requests.items())
-    if result.dra is not None:
+    if result.dra is not None and result.dra.claims:  # a bridged extended resource brings no pod claims
         claims = ", ".join(c["name"] for c in result.dra.claims)
         wants = f"{wants}, DRA claims {claims}" if wants else f"DRA claims {claims}"
     wants = wants or "nothing"

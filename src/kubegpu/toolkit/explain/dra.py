@@ -71,6 +71,15 @@ class DraExplanation:
     # nodes where the claims would fit if the claims holding devices there released them
     free_to_fit: list[dict[str, Any]] = field(default_factory=list)
 
+    def merged(self, other: DraExplanation) -> DraExplanation:
+        """Both explanations in one (a pod with claims that also asks a bridged extended resource)."""
+        return DraExplanation(
+            self.claims + other.claims,
+            self.nodes + other.nodes,
+            self.notes + other.notes,
+            self.free_to_fit + other.free_to_fit,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "claims": self.claims,

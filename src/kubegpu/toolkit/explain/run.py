@@ -1,9 +1,9 @@
 """`kubegpu explain`: why a GPU pod is Pending, and what would let it schedule.
 
 Runs the scheduler's filters (see `scheduling.py`) on every node, DynamicResources for a pod with DRA
-claims (`explain.dra`), then asks counterfactual questions
-per node: would it fit with N GPUs freed, with its unhealthy GPUs back, with a toleration, with a
-different selector, uncordoned? Fragmentation is measured cluster-wide per request size.
+claims (`explain.dra`) and for extended resources a DeviceClass bridges (`explain.bridge`), then asks
+counterfactual questions per node: would it fit with N GPUs freed, with its unhealthy GPUs back, with a
+toleration, with a different selector, uncordoned? Fragmentation is measured cluster-wide per request size.
 
 The fixes are worked out in `explain.fixes`; what is reported, in `explain.report`.
 """
@@ -11,6 +11,7 @@ The fixes are worked out in `explain.fixes`; what is reported, in `explain.repor
 from __future__ import annotations
 
 from kubegpu.toolkit import pod_requests as res
+from kubegpu.toolkit.explain.bridge import bridge_filter
 from kubegpu.toolkit.explain.dra import DraExplanation, dra_filter
 from kubegpu.toolkit.explain.fixes import fixes
 from kubegpu.toolkit.explain.report import Explanation, Fix, FragmentationRow, GpuCount, NodeVerdict, pool_of
@@ -142,6 +143,9 @@ def explain(snapshot: Snapshot, pod: Pod) -> Explanation:
     gpu_names = res.gpu_names(query.requests)
     outcome = run_filters(query, states)
     dra = dra_filter(snapshot, pod, outcome, {name: state.node for name, state in states.items()})
+    bridged = bridge_filter(snapshot, pod, query, states, outcome)  # nvidia.com/gpu served through DRA
+    if bridged is not None:
+        dra = bridged if dra is None else dra.merged(bridged)
     recorded = condition(pod, "PodScheduled")
     recorded_message = recorded.message if recorded and recorded.status == "False" else None
     if recorded_message is None:  # older snapshots, or one with `events` added to the kubectl command
