@@ -32,9 +32,9 @@ from kubegpu.toolkit.dra_facts import slices_per_node
 from kubegpu.toolkit.explain.dra import (
     DYNAMIC_RESOURCES,
     DraExplanation,
-    _classes,
-    _parsed,
-    _row,
+    device_classes,
+    node_row,
+    parse_all,
 )
 from kubegpu.toolkit.model import Container, Pod, limits, requests
 from kubegpu.toolkit.scheduling import (
@@ -150,9 +150,9 @@ def _judge_bridged_nodes(
     if not candidates:
         return
     notes = result.notes
-    slices = _parsed(snapshot.dra_objects("ResourceSlice"), parse_slice, notes, "ResourceSlice")
-    classes = _classes(snapshot, notes)
-    held = holders(_parsed(snapshot.dra_objects("ResourceClaim"), parse_claim, notes, "ResourceClaim"))
+    slices = parse_all(snapshot.dra_objects("ResourceSlice"), parse_slice, notes, "ResourceSlice")
+    classes = device_classes(snapshot, notes)
+    held = holders(parse_all(snapshot.dra_objects("ResourceClaim"), parse_claim, notes, "ResourceClaim"))
     nodes = [DraNode(n, dict(states[n].node.metadata.labels or {})) for n in sorted(candidates)]
     for node, reachable in slices_per_node(slices, nodes):
         reqs, _ = requests_and_mappings(obj, candidates[node.name], mapping)
@@ -164,7 +164,7 @@ def _judge_bridged_nodes(
             notes.append(f"the special claim for {node.name} cannot be built: {err}")
             continue
         for account in explain([claim], classes, reachable, [node], held):
-            result.nodes.append(_row(account, [claim]))
+            result.nodes.append(node_row(account, [claim]))
             if account.fits:
                 outcome.rejections.pop(node.name, None)
                 outcome.feasible.append(node.name)

@@ -99,7 +99,7 @@ class DraExplanation:
         }
 
 
-def _parsed(raw: Iterable[dict[str, Any]], parse: Any, notes: list[str], what: str) -> list[Any]:
+def parse_all(raw: Iterable[dict[str, Any]], parse: Any, notes: list[str], what: str) -> list[Any]:
     out = []
     for obj in raw:
         try:
@@ -172,9 +172,9 @@ def pod_claims(
     return claims, rows
 
 
-def _classes(snapshot: Snapshot, notes: list[str]) -> list[DeviceClass]:
+def device_classes(snapshot: Snapshot, notes: list[str]) -> list[DeviceClass]:
     if "DeviceClass" in snapshot.dra:
-        return _parsed(snapshot.dra_objects("DeviceClass"), parse_class, notes, "DeviceClass")
+        return parse_all(snapshot.dra_objects("DeviceClass"), parse_class, notes, "DeviceClass")
     notes.append(
         "the snapshot lists no DeviceClasses, so NVIDIA's gpu.nvidia.com and mig.nvidia.com are assumed; "
         + SNAPSHOT_HINT
@@ -193,7 +193,7 @@ def _share(result: dict[str, Any]) -> str:
     return " (shared" + "".join(f", {k} {v}" for k, v in sorted((consumed or {}).items())) + ")"
 
 
-def _row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
+def node_row(account: NodeAccount, pending: list[ResourceClaim]) -> DraNodeRow:
     requests = []
     for r in account.requests:
         ruled_out: dict[str, int] = {}
@@ -285,12 +285,12 @@ def dra_filter(
         return result
     if "ResourceSlice" not in snapshot.dra:
         notes.append(f"the snapshot lists no ResourceSlices, so no node offers a device; {SNAPSHOT_HINT}")
-    slices: list[ResourceSlice] = _parsed(
+    slices: list[ResourceSlice] = parse_all(
         snapshot.dra_objects("ResourceSlice"), parse_slice, notes, "ResourceSlice"
     )
-    classes = _classes(snapshot, notes)
+    classes = device_classes(snapshot, notes)
     mine = {c.ref for c in claims}
-    others = _parsed(
+    others = parse_all(
         (
             o
             for o in snapshot.dra_objects("ResourceClaim")
@@ -314,7 +314,7 @@ def dra_filter(
         a for node, reachable in per_node for a in explain(pending, classes, reachable, [node], held)
     ):
         accounts[account.node] = account
-        result.nodes.append(_row(account, pending))
+        result.nodes.append(node_row(account, pending))
         if account.fits:
             feasible.append(account.node)
         else:
