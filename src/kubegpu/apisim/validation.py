@@ -25,8 +25,16 @@ import semver
 from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_dns1123_subdomain, is_qualified_name
 
+from .deployments import deployment_errors
 from .errors import FieldError
-from .kinds import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
+from .kinds import (
+    DEPLOYMENTS,
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    ResourceKind,
+)
 from .names import DNS_LABEL, DNS_LABEL_MSG, DNS_SUBDOMAIN_MSG, driver_name, qualified_id
 from .partitionable import allocation_results, capacity_requests, device_fields, shared_counters
 
@@ -62,6 +70,8 @@ def validate(
         errors += _claim_status(obj.get("status") or {}, (old or {}).get("status") or {})
     elif kind is RESOURCE_CLAIM_TEMPLATES:
         errors += _claim_spec(spec.get("spec") or {}, "spec.spec", check_cel)
+    elif kind is DEPLOYMENTS:
+        errors += deployment_errors(obj, old)
     elif kind is DEVICE_CLASSES:
         errors += _selectors(spec.get("selectors"), "spec.selectors", check_cel)
         for i, config in enumerate(spec.get("config") or []):
