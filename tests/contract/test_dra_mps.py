@@ -16,19 +16,21 @@ from typing import Any
 import pytest
 import yaml
 
-from kubegpu.demo.dranode import NODE
+from kubegpu.demo.dranode import NODE, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
-from kubegpu.demo.dranode import claim_pod
 from kubegpu.kubeletsim import PrepareError
 from kubegpu.node.nvml import fake_mps_control, fake_smi
 from tests.dra_objects import claim, request
 
 T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"
 HASH_GPU0 = "815e4"  # sha256("GPU-0eaadbe4-...")[:5]
-GATES = "TimeSlicingSettings=false,MPSSupport=true,IMEXDaemonsWithDNSNames=true,PassthroughSupport=false,"
-GATES += "DynamicMIG=false,NVMLDeviceHealthCheck=false,ComputeDomainCliques=true,CrashOnNVLinkFabricErrors=true,"
-GATES += "DeviceMetadata=false,DRAListTypeAttributes=false,FabricManagerPartitioning=false,"
-GATES += "HostManagedIMEXDaemon=false,ConsumableShares=false"
+GATES = (
+    "TimeSlicingSettings=false,MPSSupport=true,IMEXDaemonsWithDNSNames=true,PassthroughSupport=false,"
+    "DynamicMIG=false,NVMLDeviceHealthCheck=false,ComputeDomainCliques=true,CrashOnNVLinkFabricErrors=true,"
+    "DeviceMetadata=false,DRAListTypeAttributes=false,FabricManagerPartitioning=false,"
+    "HostManagedIMEXDaemon=false,ConsumableShares=false"
+)
+BIND = ["rw", "nosuid", "nodev", "bind"]
 IMAGE = "registry.example/kubegpu:1.0"
 NAMESPACE = "nvidia-dra"
 
@@ -169,10 +171,9 @@ async def test_an_mps_claim_runs_nvidias_control_daemon_and_unprepare_stops_it()
         edits = entry["containerEdits"]
         assert edits["env"] == ["CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"]
         assert edits["mounts"] == [
-            {"hostPath": f"{host}/shm", "containerPath": "/dev/shm", "options": ["rw", "nosuid", "nodev", "bind"]},
-            {"hostPath": f"{host}/pipe", "containerPath": "/tmp/nvidia-mps",
-             "options": ["rw", "nosuid", "nodev", "bind"]},
-        ]  # fmt: skip
+            {"hostPath": f"{host}/shm", "containerPath": "/dev/shm", "options": BIND},
+            {"hostPath": f"{host}/pipe", "containerPath": "/tmp/nvidia-mps", "options": BIND},
+        ]
         await dra.sim.terminate_pod("mps-pod")
         assert node.deployments() == {}
         assert [p for p in dra.api.list("pods", NAMESPACE)] == []  # its pod went with it (foreground)
@@ -205,7 +206,7 @@ async def test_a_daemon_not_ready_fails_the_claim_with_nvidias_text_and_the_retr
         assert len(node.deployments()) == 1
 
 
-async def test_a_deployment_deleted_by_hand_is_recreated_and_a_restart_keeps_held_and_deletes_orphans() -> None:
+async def test_a_deleted_deployment_is_recreated_and_a_restart_keeps_held_and_deletes_orphans() -> None:
     async with DraNode("t4-pcie") as dra:
         node = Node(dra)
         await node.start()
