@@ -84,6 +84,15 @@ class Node:
         await self.node.wait_registered()
         await self.node.wait_published(4)
 
+    async def prepared_mps_claim(self) -> str:
+        """Start the driver, prepare claim c1 with NVIDIA's demo MPS config for a pod; its UID."""
+        await self.start()
+        assert self.node.sim is not None
+        pod = claim_pod("mps-pod", "c1")
+        c1 = self.node.allocate(claim("c1", [request("gpu")], config=[mps()]), pod)
+        await self.node.sim.admit(pod)
+        return str(c1["metadata"]["uid"])
+
     def deployments(self) -> dict[str, dict[str, Any]]:
         return {d["metadata"]["name"]: d for d in self.node.api.list("deployments", NAMESPACE)}
 
@@ -209,12 +218,8 @@ async def test_a_daemon_not_ready_fails_the_claim_with_nvidias_text_and_the_retr
 async def test_a_deleted_deployment_is_recreated_and_a_restart_keeps_held_and_deletes_orphans() -> None:
     async with DraNode("t4-pcie") as dra:
         node = Node(dra)
-        await node.start()
-        assert dra.sim is not None
-        pod = claim_pod("mps-pod", "c1")
-        c1 = dra.allocate(claim("c1", [request("gpu")], config=[mps()]), pod)
-        await dra.sim.admit(pod)
-        name = f"mps-control-daemon-{c1['metadata']['uid']}-{HASH_GPU0}"
+        uid = await node.prepared_mps_claim()
+        name = f"mps-control-daemon-{uid}-{HASH_GPU0}"
         first = node.deployments()[name]["metadata"]["uid"]
         dra.api.delete("deployments", name, namespace=NAMESPACE)
         await dra.wait(lambda: name in node.deployments(), "the daemon re-created", timeout=20)
@@ -248,12 +253,8 @@ async def test_a_deleted_deployment_is_recreated_and_a_restart_keeps_held_and_de
 async def test_a_lost_checkpoint_rebuild_gives_the_claim_its_daemon_back() -> None:
     async with DraNode("t4-pcie") as dra:
         node = Node(dra)
-        await node.start()
-        assert dra.sim is not None
-        pod = claim_pod("mps-pod", "c1")
-        c1 = dra.allocate(claim("c1", [request("gpu")], config=[mps()]), pod)
-        await dra.sim.admit(pod)
-        name = f"mps-control-daemon-{c1['metadata']['uid']}-{HASH_GPU0}"
+        uid = await node.prepared_mps_claim()
+        name = f"mps-control-daemon-{uid}-{HASH_GPU0}"
         assert await dra.stop_driver(signal.SIGKILL) != 0
         plugin_dir = dra.plugins / "gpu.nvidia.com"
         for lost in plugin_dir.glob("checkpoint*"):
@@ -264,7 +265,7 @@ async def test_a_lost_checkpoint_rebuild_gives_the_claim_its_daemon_back() -> No
         await dra.wait_registered()
         await dra.wait(lambda: name in node.deployments(), "the daemon back", timeout=20)
         await dra.wait(lambda: "rebuilt claim default/c1" in dra.log(), "the rebuild")
-        assert (node.mps_dir(f"{c1['metadata']['uid']}-{HASH_GPU0}") / "daemon.json").exists()
+        assert (node.mps_dir(f"{uid}-{HASH_GPU0}") / "daemon.json").exists()
 
 
 def readme_claim() -> dict[str, Any]:
