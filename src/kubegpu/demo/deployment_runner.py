@@ -8,9 +8,9 @@ test can check:
 - the container's command runs as a process of its own, with the container's env, in a session of its own,
   its volume mount paths rewritten to their host paths (there is no container; the command's text is
   rewritten, longest mount path first, in one pass) and `/bin/sh` as the shell;
-- the startup probe's exec command (rewritten the same way) is run every 0.1 s until it succeeds; then a Pod
-  (owned by the Deployment: the simulator has no ReplicaSet) is written with a ready container and the
-  Deployment's status with `readyReplicas: 1`;
+- the startup probe's exec command (rewritten the same way) is run every pass (0.05 s) until it succeeds;
+  then a Pod (owned by the Deployment: the simulator has no ReplicaSet) is written with a ready container
+  and the Deployment's status with `readyReplicas: 1`;
 - a Deployment deleted or re-created (a new UID) has its process killed (its Pod goes with the Deployment:
   the API server's garbage collection) and a re-created one is started again.
 `hold()` keeps new Deployments from starting (not ready, as a slow image pull would); `release()` lets
@@ -37,7 +37,9 @@ from kubegpu.apisim import ApiServerSim
 
 log = logging.getLogger(__name__)
 POLL_S = 0.05
-PROBE_PERIOD_S = 0.1
+# The PATH a container gets from the runtime when its image sets none (containerd's default): the host's
+# own environment does not leak into a container.
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass
@@ -132,7 +134,7 @@ class DeploymentRunner:
         argv = [rewrite(a) for a in container.get("command", []) + container.get("args", [])]
         if argv[:1] == ["sh"]:
             argv[0] = "/bin/sh"
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        env = {"PATH": CONTAINER_PATH}
         env.update({e["name"]: rewrite(str(e.get("value", ""))) for e in container.get("env") or []})
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with (self.log_dir / f"{running.name}.log").open("ab") as out:
