@@ -7,6 +7,7 @@ its startup probe decides readiness. Names, paths, script lines and texts are NV
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import signal
@@ -291,3 +292,21 @@ async def test_the_readme_mps_claim_gets_its_control_daemon() -> None:
             "set_default_active_thread_percentage 50",
             f"set_default_device_pinned_mem_limit {T4_GPU0} 10240M",
         ]
+
+
+async def test_a_lost_checkpoint_destroys_no_daemon_its_claims_hold() -> None:
+    """Until the API server says which claims this node holds, no daemon is an orphan."""
+    async with DraNode("t4-pcie") as dra:
+        node = Node(dra)
+        uid = await node.prepared_mps_claim()
+        name = f"mps-control-daemon-{uid}-{HASH_GPU0}"
+        kept = node.deployments()[name]["metadata"]["uid"]
+        assert await dra.stop_driver(signal.SIGKILL) != 0
+        for lost in (dra.plugins / "gpu.nvidia.com").glob("checkpoint*"):
+            lost.unlink()
+        dra.start_driver()
+        await dra.wait_registered()
+        await dra.wait(lambda: "rebuilt claim default/c1" in dra.log(), "the rebuild")
+        await asyncio.sleep(6)  # one more pass of the supervisor (every 5 s) after the rebuild
+        assert node.deployments()[name]["metadata"]["uid"] == kept
+        assert "no prepared claim holds it" not in dra.log()
