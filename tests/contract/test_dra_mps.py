@@ -310,3 +310,23 @@ async def test_a_lost_checkpoint_destroys_no_daemon_its_claims_hold() -> None:
         await asyncio.sleep(6)  # one more pass of the supervisor (every 5 s) after the rebuild
         assert node.deployments()[name]["metadata"]["uid"] == kept
         assert "no prepared claim holds it" not in dra.log()
+
+
+async def test_the_gate_off_refuses_an_mps_claim_with_nvidias_text_and_runs_nothing() -> None:
+    async with DraNode("t4-pcie") as dra:
+        node = Node(dra)
+        dra.extra_env["FEATURE_GATES"] = ""
+        await node.start()
+        assert dra.sim is not None
+        pod = claim_pod("mps-pod", "c1")
+        dra.allocate(claim("c1", [request("gpu")], config=[mps()]), pod)
+        with pytest.raises(PrepareError) as err:
+            await dra.sim.admit(pod)
+        assert (
+            '"MPS" is selected as the GPU sharing strategy, but the "MPSSupport" feature gate is not '
+            "enabled; start the driver with --feature-gates MPSSupport=true"
+        ) in str(err.value)
+        assert node.deployments() == {}
+        assert fake_smi.calls(node.smi_log) == []
+        # NAMESPACE, IMAGE_NAME, ... given without the gate change nothing, and say so
+        assert "IMAGE_NAME is accepted for NVIDIA compatibility and changes nothing here" in dra.log()
