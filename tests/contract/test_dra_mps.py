@@ -21,6 +21,7 @@ from kubegpu.demo.dranode import NODE, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import PrepareError
 from kubegpu.node.nvml import fake_mps_control, fake_smi
+from tests.cdi_schema import assert_valid_cdi_spec
 from tests.dra_objects import claim, request
 
 T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"
@@ -177,6 +178,7 @@ async def test_an_mps_claim_runs_nvidias_control_daemon_and_unprepare_stops_it()
         assert "the node is simulated (fake NVML)" in dra.log()
         # the workload gets NVIDIA's edits: the pipe directory, and the pipe and shm directories mounted
         spec_file = json.loads((dra.cdi / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+        assert_valid_cdi_spec(spec_file)
         (entry,) = spec_file["devices"]
         edits = entry["containerEdits"]
         assert edits["env"] == ["CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"]

@@ -81,10 +81,13 @@ class DaemonSpec:
     uuids: tuple[str, ...]  # every device of the group (GPU or MIG UUIDs)
     full_gpus: tuple[str, ...]  # the full GPUs among them: their compute mode goes EXCLUSIVE_PROCESS
     config: Sharing
+    # The daemon's ID when not NVIDIA's per-claim one (a daemon per GPU shared by several claims would name
+    # itself); empty: `daemon_id(claim_uid, uuids)`.
+    name: str = ""
 
     @property
     def id(self) -> str:
-        return daemon_id(self.claim_uid, self.uuids)
+        return self.name or daemon_id(self.claim_uid, self.uuids)
 
     def pinned_limits(self) -> dict[str, str]:
         """`<uuid>: <N>M` per device with a limit (a per-device index is into the sorted UUIDs)."""
