@@ -80,5 +80,5 @@ def test_the_command_exit_codes_and_json() -> None:
     assert out["feature_gates"]["TimeSlicingSettings"] is True
     assert out["warnings"] == [
         "IMAGE_NAME is accepted for NVIDIA compatibility and changes nothing here: it is the image of MPS "
-        "control-daemon Deployments (MPSSupport), not run by kubegpu yet"
+        "control-daemon Deployments, which run only with MPSSupport=true"
     ]

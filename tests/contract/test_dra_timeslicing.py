@@ -129,7 +129,8 @@ async def test_the_gate_off_refuses_a_time_sliced_claim_with_nvidias_text() -> N
          "feature gate validation failed: feature gate DynamicMIG is currently mutually exclusive with "
          "MPSSupport"),
         ("MPSSupport=true",
-         "feature gate MPSSupport is not implemented by kubegpu yet"),
+         "invalid CLI flags: --image-name (IMAGE_NAME) is required when the MPSSupport feature gate is "
+         "enabled"),
         ("Bogus=true", "unrecognized feature gate: Bogus"),
     ],
 )  # fmt: skip

@@ -447,3 +447,62 @@ def test_metrics_are_off_by_default_and_on_with_nvidias_env_names_and_a_port() -
 def test_the_schema_refuses_a_metrics_endpoint_the_driver_would_refuse(endpoint: str) -> None:
     with pytest.raises(HelmError, match="httpEndpoint"):
         render({"dra": {"enabled": True, "metrics": {"enabled": True, "httpEndpoint": endpoint}}})
+
+
+MPS_ON = {"dra": {"enabled": True, "featureGates": {"MPSSupport": True}}}
+
+
+def test_mps_support_grants_deployments_in_the_namespace_only_with_the_gate() -> None:
+    assert "Role" not in {o["kind"] for o in render(ON)}
+    objs = render(MPS_ON, namespace="gpu-system")
+    role = by_kind(objs, "Role")["kubegpu-dra-mps"]
+    assert role["metadata"]["namespace"] == "gpu-system"
+    assert role["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "create", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    binding = by_kind(objs, "RoleBinding")["kubegpu-dra-mps"]
+    assert binding["metadata"]["namespace"] == "gpu-system"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "kubegpu-dra", "namespace": "gpu-system"}
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "kubegpu-dra-mps",
+    }
+    assert "Role" not in {
+        o["kind"] for o in render({"dra": {"enabled": True, "featureGates": {"MPSSupport": False}}})
+    }
+
+
+def test_mps_support_gives_the_driver_its_image_driver_root_and_mounts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = {**MPS_ON, "nvidiaDriverRoot": "/run/nvidia/driver", "imagePullSecrets": [{"name": "regcred"}]}
+    ds = dra_ds(render(values))
+    ctr = containers(ds)[DRA_CTR]
+    e = env(ctr)
+    assert e["IMAGE_NAME"].startswith("localhost/kubegpu:")
+    assert (e["IMAGE_PULL_POLICY"], e["IMAGE_PULL_SECRETS"], e["NVIDIA_DRIVER_ROOT"]) == (
+        "IfNotPresent", "regcred", "/run/nvidia/driver"
+    )  # fmt: skip
+    assert e["NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert ctr["securityContext"] == {"privileged": True}
+    mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+    assert mounts["plugins"]["mountPropagation"] == "Bidirectional"
+    assert (mounts["driver-root"]["mountPath"], mounts["driver-root"]["readOnly"]) == ("/driver-root", True)
+    volumes = {v["name"]: v["hostPath"] for v in ds["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["driver-root"] == {"path": "/run/nvidia/driver", "type": "Directory"}
+    # `kubegpu dra`'s own checks accept what the chart gives it
+    monkeypatch.setenv("FEATURE_GATES", e["FEATURE_GATES"])
+    monkeypatch.setenv("IMAGE_NAME", e["IMAGE_NAME"])
+    report = check_driver({})
+    assert report.errors == [] and report.warnings == []
+
+
+def test_helm_lint_strict_passes_with_mps(tmp_path: Path) -> None:
+    values = tmp_path / "mps.yaml"
+    values.write_text(yaml.safe_dump(MPS_ON))
+    out = helm("lint", "--strict", CHART, "-n", NAMESPACE, *value_args((values,), ()), stdin="{}")
+    assert "1 chart(s) linted, 0 chart(s) failed" in out and "[WARNING]" not in out, out

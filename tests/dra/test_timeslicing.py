@@ -14,9 +14,9 @@ from kubegpu.node.nvml import fake_smi
 
 
 def test_nvidia_smi_is_looked_up_under_the_container_driver_root(tmp_path: Path) -> None:
-    assert TimeSlicer(str(tmp_path)).nvidia_smi() is None
+    assert TimeSlicer(str(tmp_path)).smi.path() is None
     installed = fake_smi.install(tmp_path, tmp_path / "log")
-    assert TimeSlicer(str(tmp_path)).nvidia_smi() == str(installed)
+    assert TimeSlicer(str(tmp_path)).smi.path() == str(installed)
 
 
 def test_a_missing_nvidia_smi_names_where_it_was_looked_for(tmp_path: Path) -> None:

@@ -24,9 +24,9 @@ import pytest
 from kubegpu.mps.daemon import CONTAINER_FILE_LABEL, DaemonOptions
 from kubegpu.mps.manager import Manager, StartupError, discover_plans, prepare
 from kubegpu.mps.plan import MpsConfigError, SharedGpu, check_replicas, max_clients
-from kubegpu.mps.shm import FALLBACK_SIZE, is_mount_point, mount_command, mount_shm, shm_size
 from kubegpu.node.mps_control import mps_daemon_alive
 from kubegpu.node.mps_paths import CONTAINER_ROOT, MpsRoot
+from kubegpu.node.mps_shm import FALLBACK_SIZE, is_mount_point, mount_command, mount_shm, shm_size
 from kubegpu.node.nvml.backend import NvmlBackend, load_nvml
 from kubegpu.settings.env import NvmlSelection
 from kubegpu.settings.given import FlagValue

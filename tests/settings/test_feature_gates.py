@@ -102,7 +102,7 @@ def test_nvidias_rules_between_gates(text: str, failure: str | None) -> None:
 
 @pytest.mark.parametrize(
     "gate",
-    ["MPSSupport", "PassthroughSupport", "DeviceMetadata", "DRAListTypeAttributes",
+    ["PassthroughSupport", "DeviceMetadata", "DRAListTypeAttributes",
      "FabricManagerPartitioning", "ConsumableShares"],
 )  # fmt: skip
 def test_a_gate_not_implemented_yet_is_refused(gate: str) -> None:
@@ -117,7 +117,7 @@ def test_a_gate_not_implemented_yet_is_refused(gate: str) -> None:
 @pytest.mark.parametrize(
     "gate",
     ["TimeSlicingSettings", "NVMLDeviceHealthCheck", "IMEXDaemonsWithDNSNames", "ComputeDomainCliques",
-     "CrashOnNVLinkFabricErrors", "HostManagedIMEXDaemon", "DynamicMIG"],
+     "CrashOnNVLinkFabricErrors", "HostManagedIMEXDaemon", "DynamicMIG", "MPSSupport"],
 )  # fmt: skip
 def test_implemented_and_compute_domain_gates_are_accepted(gate: str) -> None:
     assert not_implemented(parse_feature_gates(f"{gate}=true")) is None
@@ -175,15 +175,37 @@ def test_flags_that_change_nothing_are_accepted_with_one_warning_each() -> None:
         {"v": "4"},
     )  # fmt: skip
     assert got.warnings == (
-        "NAMESPACE is accepted for NVIDIA compatibility and changes nothing here: it places MPS "
-        "control-daemon Deployments (MPSSupport), not run by kubegpu yet",
-        "IMAGE_NAME is accepted for NVIDIA compatibility and changes nothing here: it is the image of MPS "
-        "control-daemon Deployments (MPSSupport), not run by kubegpu yet",
         "HEALTHCHECK_PORT is accepted for NVIDIA compatibility and changes nothing here: kubegpu serves no "
         "grpc.health.v1 port; probe the DRA socket or --http-endpoint",
         "--v is accepted for NVIDIA compatibility and changes nothing here: kubegpu logs at info level; -v "
         "(--verbose) turns on debug logging",
+        "NAMESPACE is accepted for NVIDIA compatibility and changes nothing here: it places MPS "
+        "control-daemon Deployments, which run only with MPSSupport=true",
+        "IMAGE_NAME is accepted for NVIDIA compatibility and changes nothing here: it is the image of MPS "
+        "control-daemon Deployments, which run only with MPSSupport=true",
     )  # KUBE_API_QPS at its default and an empty SERVICE_ACCOUNT_NAME say nothing
+
+
+def test_mps_support_needs_the_image_name_and_takes_the_deployment_flags() -> None:
+    with pytest.raises(ConfigError) as err:
+        flags({"FEATURE_GATES": "MPSSupport=true"})
+    assert str(err.value) == (
+        "invalid CLI flags: --image-name (IMAGE_NAME) is required when the MPSSupport feature gate is "
+        "enabled: set it to the image the MPS control-daemon Deployments run (the driver's own image, as "
+        "NVIDIA's chart sets it)"
+    )
+    got = flags(
+        {"FEATURE_GATES": "MPSSupport=true", "NAMESPACE": "nvidia-dra", "IMAGE_NAME": "registry/kubegpu:1",
+         "IMAGE_PULL_SECRETS": "regcred,other", "IMAGE_PULL_POLICY": "IfNotPresent",
+         "SERVICE_ACCOUNT_NAME": "kubegpu-dra"}
+    )  # fmt: skip
+    assert got.warnings == ()  # they act now
+    assert got.mps is not None
+    assert (got.mps.namespace, got.mps.image, got.mps.pull_secrets, got.mps.pull_policy) == (
+        "nvidia-dra", "registry/kubegpu:1", ("regcred", "other"), "IfNotPresent"
+    )  # fmt: skip
+    assert got.mps.service_account == "kubegpu-dra"
+    assert flags({"IMAGE_NAME": "registry/kubegpu:1"}).mps is None
 
 
 def test_the_flags_the_driver_acts_on() -> None:

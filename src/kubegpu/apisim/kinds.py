@@ -13,6 +13,7 @@ from typing import Any
 
 RESOURCE_GROUP = "resource.k8s.io"
 NFD_GROUP = "nfd.k8s-sigs.io"
+APPS_GROUP = "apps"
 
 # resource.k8s.io versions, newest first: v1 (1.34+), v1beta2 (1.33+), v1beta1 (1.32+). v1 and v1beta2 share
 # one shape; v1beta1 wraps device fields in `basic:` and puts request fields inline (convert.py).
@@ -143,9 +144,24 @@ NODE_FEATURES = ResourceKind(
     NFD_GROUP, ("v1alpha1",), "nodefeatures", "nodefeature", "NodeFeature", namespaced=True, custom=True
 )
 
+# apps/v1 Deployments: what the DRA driver runs its MPS control daemons as (MPSSupport). Stored and validated
+# as the real server does for the fields it checks; nothing here runs them (demo/deployment_runner.py plays
+# the controllers and the kubelet for a simulated node).
+DEPLOYMENTS = ResourceKind(
+    APPS_GROUP,
+    ("v1",),
+    "deployments",
+    "deployment",
+    "Deployment",
+    namespaced=True,
+    status=True,
+    short_names=("deploy",),
+)
+
 ALL_KINDS = (
     NODES,
     PODS,
+    DEPLOYMENTS,
     RESOURCE_SLICES,
     RESOURCE_CLAIMS,
     RESOURCE_CLAIM_TEMPLATES,

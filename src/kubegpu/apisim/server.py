@@ -47,6 +47,7 @@ from .errors import ApiError
 from .http_handler import handler_class
 from .kinds import (
     ALL_KINDS,
+    APPS_GROUP,
     NODES,
     RESOURCE_GROUP,
     RESOURCE_SLICES,
@@ -89,7 +90,11 @@ class ApiServerSim:
             )
         self.kubernetes_version = kubernetes_version
         self.feature_gates = {"DRADeviceTaints": True, **(feature_gates or {})}
-        self.served: dict[str, tuple[str, ...]] = {"": ("v1",), RESOURCE_GROUP: tuple(resource_versions)}
+        self.served: dict[str, tuple[str, ...]] = {
+            "": ("v1",),
+            APPS_GROUP: ("v1",),
+            RESOURCE_GROUP: tuple(resource_versions),
+        }
         if node_feature_crd:
             self.served["nfd.k8s-sigs.io"] = ("v1alpha1",)
         self.kinds = tuple(k for k in ALL_KINDS if self.served.get(k.group))

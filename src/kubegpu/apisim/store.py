@@ -10,7 +10,8 @@ Semantics follow the kube-apiserver's generic registry over etcd:
 - delete removes the object at once unless it has finalizers (then it gets deletionTimestamp and goes when
   the last finalizer is removed); dependents whose every ownerReference points at deleted objects are
   deleted too (the garbage collector, run synchronously; `propagationPolicy=Orphan` strips the references
-  instead);
+  instead; `Foreground` marks the owner with the `foregroundDeletion` finalizer, deletes its dependents,
+  then the owner);
 - the history of events can be compacted: a watch from an older resourceVersion gets 410 Gone.
 Objects are stored in their v1 (hub) shape; conversion to other versions happens at the HTTP edge.
 """
@@ -30,6 +31,7 @@ from .kinds import ALL_KINDS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Resourc
 from .validation import CelChecker, validate
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
+FOREGROUND_DELETION = "foregroundDeletion"
 Obj = dict[str, Any]
 
 
@@ -207,6 +209,8 @@ class Store:
                 )
             if dry_run:
                 return copy.deepcopy(current), not meta.get("finalizers")
+            if options.propagation_policy == "Foreground" and self.garbage_collection:
+                return self._delete_in_foreground(kind, key, current), True
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp"):
                     return copy.deepcopy(current), False
@@ -217,6 +221,40 @@ class Store:
             deleted = self._remove(kind, key, current)
             self._collect_garbage(meta["uid"], options.propagation_policy)
             return deleted, True
+
+    def _delete_in_foreground(self, kind: ResourceKind, key: Key, current: Obj) -> Obj:
+        """`propagationPolicy=Foreground`: the object is marked (deletionTimestamp and the
+        `foregroundDeletion` finalizer, a MODIFIED event), its dependents are deleted, then the garbage
+        collector removes the finalizer and the object goes (DELETED) unless other finalizers keep it. The
+        real collector does this asynchronously; here it is done before the answer, which is the marked
+        object (200, as the real server answers)."""
+        meta = current["metadata"]
+        marked = copy.deepcopy(current)
+        marked["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+        marked["metadata"].setdefault("deletionGracePeriodSeconds", 0)
+        finalizers = list(meta.get("finalizers") or [])
+        if FOREGROUND_DELETION not in finalizers:
+            marked["metadata"]["finalizers"] = [*finalizers, FOREGROUND_DELETION]
+        answer = self._commit(kind, key, "MODIFIED", marked, current)
+        others = {o["metadata"]["uid"] for objs in self._objects.values() for o in objs.values()}
+        others.discard(meta["uid"])
+        for dep_kind, objects in self._objects.items():
+            for dep_key, dep in list(objects.items()):
+                refs = dep["metadata"].get("ownerReferences") or []
+                ours = any(r.get("uid") == meta["uid"] for r in refs)
+                if ours and dep_key in objects and not any(r.get("uid") in others for r in refs):
+                    self.delete(dep_kind, dep_key[0], dep_key[1], DeleteOptions("Foreground"))
+        now = self._objects[kind].get(key)
+        if now is not None and now["metadata"]["uid"] == meta["uid"]:
+            left = [f for f in now["metadata"].get("finalizers") or [] if f != FOREGROUND_DELETION]
+            released = copy.deepcopy(now)
+            if left:
+                released["metadata"]["finalizers"] = left
+                self._commit(kind, key, "MODIFIED", released, now)
+            else:
+                released["metadata"].pop("finalizers", None)
+                self._remove(kind, key, released)
+        return copy.deepcopy(answer)
 
     def _remove(self, kind: ResourceKind, key: Key, current: Obj) -> Obj:
         return self._commit(kind, key, "DELETED", copy.deepcopy(current), current)

@@ -26,8 +26,10 @@ import semver
 from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_dns1123_subdomain, is_qualified_name
 
+from .deployments import deployment_errors
 from .errors import FieldError
 from .kinds import (
+    DEPLOYMENTS,
     DEVICE_CLASSES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
@@ -73,6 +75,8 @@ def validate(
         errors += _claim_spec(spec.get("spec") or {}, "spec.spec", check_cel)
     elif kind is PODS:
         errors += validate_pod_status(obj)
+    elif kind is DEPLOYMENTS:
+        errors += deployment_errors(obj, old)
     elif kind is DEVICE_CLASSES:
         errors += _selectors(spec.get("selectors"), "spec.selectors", check_cel)
         for i, config in enumerate(spec.get("config") or []):

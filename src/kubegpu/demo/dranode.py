@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kubegpu.apisim import ApiServerSim
+from kubegpu.demo.deployment_runner import DeploymentRunner
 from kubegpu.kubeletsim import (
     Container,
     ContainerClaim,
@@ -76,6 +77,7 @@ class SimulatedDraNode:
         self.log_path = self.root / "dra.log"
         self.driver: subprocess.Popen[bytes] | None = None
         self.sim: KubeletSimulator | None = None
+        self.deployments: DeploymentRunner | None = None  # `run_deployments`: MPS control daemons run
 
     async def __aenter__(self) -> SimulatedDraNode:
         self.api.start()
@@ -85,7 +87,16 @@ class SimulatedDraNode:
         await self.start_kubelet()
         return self
 
+    def run_deployments(self) -> DeploymentRunner:
+        """Run the Deployments pinned to this node (the driver's MPS control daemons), as its kubelet
+        and the controllers would (`deployment_runner`)."""
+        if self.deployments is None:
+            self.deployments = DeploymentRunner(self.api, NODE, self.root / "containers").start()
+        return self.deployments
+
     async def __aexit__(self, *exc: object) -> None:
+        if self.deployments is not None:
+            self.deployments.stop()
         if self.driver is not None and self.driver.poll() is None:
             self.driver.kill()
             self.driver.wait()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,22 +60,22 @@ class ClaimSpecs:
         devices: Sequence[DraDevice],
         inventory: Inventory,
         sharing: dict[str, Sharing | None],
+        edits: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """The claim's spec; `sharing` maps device name -> the sharing config that applies to it."""
+        """The claim's spec; `sharing` maps device name -> the sharing config that applies to it, `edits`
+        device name -> more container edits (env, mounts: an MPS daemon's, `mps_deployment.cdi_edits`)."""
         minors = self.options.mig_minors
         entries = []
         for device in devices:
             nodes = (
                 mig_device(device.gpu, device.mig, minors) if device.mig else gpu_device(device.gpu)
             ).paths
-            edits: dict[str, Any] = {
+            entry: dict[str, Any] = {
                 "deviceNodes": [{"path": p, "hostPath": join(self.options.dev_root, p)} for p in nodes]
             }
-            config = sharing.get(device.name)
-            env = config.env([device.uuid]) if config is not None else []
-            if env:
-                edits["env"] = env
-            entries.append({"name": cdi_device_name(claim_uid, device.name), "containerEdits": edits})
+            for key, more in (edits or {}).get(device.name, {}).items():
+                entry[key] = [*entry.get(key, []), *more]
+            entries.append({"name": cdi_device_name(claim_uid, device.name), "containerEdits": entry})
         spec = {
             "cdiVersion": CDI_VERSION,
             "kind": f"{vendor(self.driver_name)}/{CLAIM_CLASS}",

@@ -47,8 +47,9 @@ from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.lost_devices import PublishedStore, lost_entries
 from kubegpu.dra.metered import MeteredPreparer
 from kubegpu.dra.metrics_server import MetricsServer
+from kubegpu.dra.mps_supervise import keep_forever
 from kubegpu.dra.node_lock import LOCK_FILE, NodeLock
-from kubegpu.dra.nvidia_flags import cdi_options, time_slicer
+from kubegpu.dra.nvidia_flags import cdi_options, mps_daemons, time_slicer
 from kubegpu.dra.prepare import Preparer
 from kubegpu.dra.publisher import SlicePublisher
 from kubegpu.dra.rebuild import clean_up, rebuild, rebuild_forever
@@ -220,6 +221,7 @@ class DraDaemon:
             preparer.confirm = lambda: rebuild(preparer)  # a Prepare after a lost checkpoint asks first
             preparer.on_unprepared = self._changed.set  # a lost device its claim held is published no more
             await preparer.recover()  # the specs the checkpoint does not name hold their devices
+            preparer.mps = mps_daemons(s.driver, self.api, s.node_name, s.plugin_dir, self.nvml.is_fake)
             if self.dynamic_mig is not None:  # MIG devices no prepared claim holds are destroyed
                 preparer.partitions = self.dynamic_mig
                 async with preparer.locked():
@@ -252,6 +254,13 @@ class DraDaemon:
                     self._supervised("claim rebuild", lambda: rebuild_forever(preparer)), name="rebuild"
                 ),
             ]
+            if preparer.mps is not None:  # MPSSupport: held daemons kept, the others removed
+                mps = preparer.mps
+                tasks.append(
+                    asyncio.create_task(
+                        self._supervised("MPS daemons", lambda: keep_forever(preparer, mps)), name="mps"
+                    )
+                )
             stop = asyncio.create_task(self._stop.wait())
             failed = await _until_stopped_or_failed(stop, tasks)
             log.info("stopping")

@@ -52,6 +52,7 @@ class Sharing:
     thread_percentage: int | None = None  # MPS
     pinned_default: int | None = None  # MPS, bytes
     pinned_per_device: tuple[tuple[str, int], ...] = ()  # MPS: (index or UUID, bytes)
+    multi_user: bool = False  # MPS: the daemon serves clients of every user (`-M`)
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"strategy": self.strategy}
@@ -63,7 +64,18 @@ class Sharing:
             out["defaultPinnedDeviceMemoryLimit"] = self.pinned_default
         if self.pinned_per_device:
             out["defaultPerDevicePinnedMemoryLimit"] = dict(self.pinned_per_device)
+        if self.multi_user:
+            out["multiUser"] = True
         return out
+
+    def pinned_limits(self, uuids: Sequence[str]) -> dict[str, int]:
+        """The pinned device memory limit of each of `uuids` that has one, in bytes: the default, then the
+        per-device ones (a key is a UUID, or an index into `uuids`). ConfigError for a bad key."""
+        limits = {u: self.pinned_default for u in uuids if self.pinned_default is not None}
+        for key, amount in self.pinned_per_device:
+            uuid = key if key in uuids else _by_index(key, uuids)
+            limits[uuid] = amount
+        return limits
 
     def env(self, uuids: Sequence[str]) -> list[str]:
         """The MPS client limits for the claim's devices (CUDA's MPS env vars, "<uuid>=<n>M" limits)."""
@@ -72,10 +84,7 @@ class Sharing:
         env = []
         if self.thread_percentage is not None:
             env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={self.thread_percentage}")
-        limits = {u: self.pinned_default for u in uuids if self.pinned_default is not None}
-        for key, amount in self.pinned_per_device:
-            uuid = key if key in uuids else _by_index(key, uuids)
-            limits[uuid] = amount
+        limits = self.pinned_limits(uuids)
         if limits:
             env.append(
                 "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + ",".join(f"{u}={b // MIB}M" for u, b in limits.items())
@@ -150,9 +159,13 @@ def _sharing(raw: Any, kind: str) -> Sharing:
             "defaultActiveThreadPercentage",
             "defaultPinnedDeviceMemoryLimit",
             "defaultPerDevicePinnedMemoryLimit",
+            "multiUser",
         ),
         f"{where}.mpsConfig",
     )
+    multi_user = config.get("multiUser", False)
+    if not isinstance(multi_user, bool):
+        raise ConfigError(f"multiUser must be a boolean, got {_kind(multi_user)}")
     percentage = config.get("defaultActiveThreadPercentage")
     if percentage is not None:
         if isinstance(percentage, bool) or not isinstance(percentage, int):
@@ -167,7 +180,13 @@ def _sharing(raw: Any, kind: str) -> Sharing:
     if not isinstance(per_device, Mapping):
         raise ConfigError(f"defaultPerDevicePinnedMemoryLimit must be an object, got {_kind(per_device)}")
     limits = tuple((str(k), _limit(v, f"value set too low: {k}")) for k, v in per_device.items())
-    return Sharing(MPS, thread_percentage=percentage, pinned_default=pinned, pinned_per_device=limits)
+    return Sharing(
+        MPS,
+        thread_percentage=percentage,
+        pinned_default=pinned,
+        pinned_per_device=limits,
+        multi_user=multi_user,
+    )
 
 
 def _limit(raw: Any, too_low: str) -> int:

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from kubegpu.common.quoting import plain_id
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
@@ -35,7 +36,9 @@ from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
 from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
-from kubegpu.dra.gpuconfig import ConfigError, sharing_of
+from kubegpu.dra.gpuconfig import ConfigError, Sharing, sharing_of
+from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, daemon_specs, held_daemons
+from kubegpu.dra.mps_deployment import DaemonSpec
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
 from kubegpu.dra.sharing_gates import check_strategy
 from kubegpu.dra.timeslicing import TimeSliceError, TimeSlicer, time_sliced_uuids
@@ -61,6 +64,21 @@ class Outcome:
 
 def _failed(failure: Failure) -> Outcome:
     return Outcome(error=failure.message, kind=failure.kind)
+
+
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """A claim half-way through Prepare: recorded PrepareStarted, its MIG devices and MPS daemons started;
+    left: (the daemons' readiness,) the CDI spec and PrepareCompleted."""
+
+    claim: AllocatedClaim
+    what: str
+    inventory: Inventory
+    devices: list[DraDevice]
+    prepared: tuple[PreparedDevice, ...]
+    summary: dict[str, Any]
+    sharing: dict[str, Sharing | None]
+    daemons: tuple[DaemonSpec, ...] = ()
 
 
 class Preparer:
@@ -105,6 +123,7 @@ class Preparer:
         self.settled: Counter[str] = Counter()  # orphans "rebuilt" or "removed" (`rebuild`), for metrics
         self._serial = asyncio.Lock()
         self.partitions: DynamicMig | None = None  # DynamicMIG's partitions, when the gate is on
+        self.mps: MpsDaemons | None = None  # MPSSupport's control daemons, when the gate is on
         self._reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="claim-read")
 
     def close(self) -> None:
@@ -196,7 +215,7 @@ class Preparer:
         async with self.locked():
             for ref in unread:  # another call may have prepared it meanwhile: look again
                 if not self._answered_from_checkpoint(ref, out):
-                    out[ref.uid] = self._prepare_read(ref, read[ref.uid])
+                    out[ref.uid] = await self._prepare_read(ref, read[ref.uid])
 
     async def _confirmed(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> bool:
         """After a lost checkpoint, rebuild first; False (each claim refused, the kubelet retries) while the
@@ -269,11 +288,14 @@ class Preparer:
                 out[ref.uid] = task.result()  # anything else is a bug: it fails the call with its traceback
         return out
 
-    def _prepare_read(self, ref: ClaimRef, read: AllocatedClaim | Failure) -> Outcome:
+    async def _prepare_read(self, ref: ClaimRef, read: AllocatedClaim | Failure) -> Outcome:
         if isinstance(read, Failure):
             return _failed(read)
         try:
-            return self._prepare_allocated(read)
+            staged = self._stage(read)
+            if staged.daemons and self.mps is not None:  # NVIDIA's readiness wait, the loop left free
+                await asyncio.to_thread(self._wait_ready, self.mps, staged)
+            return self._complete(staged)
         except (ClaimError, ConfigError) as err:
             return Outcome(error=str(err), kind=getattr(err, "kind", "config"))
         except OSError as err:  # the CDI root or the checkpoint cannot be written
@@ -285,10 +307,19 @@ class Preparer:
 
     def prepare_allocated(self, claim: AllocatedClaim) -> Outcome:
         """Prepare a claim read from the API server; under `locked()`. ClaimError, ConfigError or OSError
-        when it cannot be."""
-        return self._prepare_allocated(claim)
+        when it cannot be. Its MPS daemons are started (kept when there) without waiting for them: this
+        re-prepares claims whose pods already run (`rebuild`)."""
+        return self._complete(self._stage(claim))
 
-    def _prepare_allocated(self, claim: AllocatedClaim) -> Outcome:
+    @staticmethod
+    def _wait_ready(mps: MpsDaemons, staged: _Staged) -> None:
+        try:
+            for daemon in staged.daemons:
+                mps.wait_ready(daemon.id)
+        except ClaimError as err:  # the Deployment stays: the kubelet's retry finds it further along
+            raise type(err)(f"{staged.what}: {err}") from None
+
+    def _stage(self, claim: AllocatedClaim) -> _Staged:
         what = f"claim {plain_id(claim.namespace)}/{plain_id(claim.name)}"
         inventory, table = self.devices()
         picked: list[DraDevice] = []
@@ -324,12 +355,27 @@ class Preparer:
             for result in claim.results
         )
         summary = {name: s.summary() for name, s in sharing.items() if s is not None}
-        started = PreparedClaim(claim.uid, claim.namespace, claim.name, STARTED, prepared, summary)
         unique = list({d.name: d for d in picked}.values())
+        daemons = daemon_specs(claim.uid, unique, sharing) if self.mps is not None else ()
+        for daemon in daemons:  # recorded with the claim: Unprepare and a restarted driver find them
+            for name in daemon.devices:
+                summary[name] = {**summary[name], SUMMARY_KEY: daemon.id}
+        started = PreparedClaim(claim.uid, claim.namespace, claim.name, STARTED, prepared, summary)
         if self.partitions is not None:  # DynamicMIG: its MIG devices created (a crash leaves them unheld)
             unique = self.partitions.prepare(what, unique)
         self.checkpoint.put(started)
-        self.specs.write(claim.uid, unique, inventory, sharing)
+        if self.mps is not None:
+            for daemon in daemons:
+                self.mps.start(daemon)
+        return _Staged(claim, what, inventory, unique, prepared, summary, sharing, tuple(daemons))
+
+    def _complete(self, staged: _Staged) -> Outcome:
+        claim, what, prepared, summary = staged.claim, staged.what, staged.prepared, staged.summary
+        edits = {}
+        if self.mps is not None:
+            for daemon in staged.daemons:
+                edits.update(dict.fromkeys(daemon.devices, self.mps.cdi_edits(daemon.id)))
+        self.specs.write(claim.uid, staged.devices, staged.inventory, staged.sharing, edits)
         self.checkpoint.put(
             PreparedClaim(claim.uid, claim.namespace, claim.name, COMPLETED, prepared, summary)
         )
@@ -392,6 +438,10 @@ class Preparer:
         try:
             if self.timeslicer is not None and known is not None:
                 self.timeslicer.reset(ref.uid, time_sliced_uuids(known.sharing, self.devices()[1]))
+            if self.mps is not None:  # its daemons: from the checkpoint, or their directories (an orphan)
+                daemons = held_daemons([known.sharing]) if known else set()
+                for daemon in sorted(daemons | self.mps.of_claim(ref.uid)):
+                    self.mps.stop(daemon)
             if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
                 held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
                 self.partitions.destroy(held, self.devices()[0])

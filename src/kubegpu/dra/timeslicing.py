@@ -10,23 +10,17 @@ slice: nothing is run for them (NVIDIA's behaviour).
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 from kubegpu.common.quoting import plain_id
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.gpuconfig import TIME_SLICING, ConfigError, Sharing
-from kubegpu.node.driverfiles import BINARY_DIRS, join
+from kubegpu.dra.nvidia_smi import NvidiaSmi, NvidiaSmiError, Runner, run_nvidia_smi
 
 log = logging.getLogger(__name__)
 
 INTERVALS = {"Default": 0, "Short": 1, "Medium": 2, "Long": 3}
 DEFAULT_INTERVAL = "Default"  # also what a config without an interval means
-NVIDIA_SMI_TIMEOUT_S = 30.0
-
-Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
 class TimeSliceError(ConfigError):
@@ -35,23 +29,9 @@ class TimeSliceError(ConfigError):
     kind = "timeslice"
 
 
-def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False
-    )
-
-
 class TimeSlicer:
-    def __init__(self, container_driver_root: str, run: Runner = _run) -> None:
-        self.root = container_driver_root
-        self.run = run
-
-    def nvidia_smi(self) -> str | None:
-        for directory in BINARY_DIRS:
-            path = join(self.root, f"{directory}/nvidia-smi")
-            if os.path.isfile(path) and os.access(path, os.X_OK):
-                return path
-        return None
+    def __init__(self, container_driver_root: str, run: Runner = run_nvidia_smi) -> None:
+        self.smi = NvidiaSmi(container_driver_root, run)
 
     def apply(
         self,
@@ -90,23 +70,11 @@ class TimeSlicer:
             log.info("claim %s: time slice of %s reset to Default", claim_uid, uuid)
 
     def _set(self, uuid: str, interval: str) -> None:
-        smi = self.nvidia_smi()
-        if smi is None:
-            raise TimeSliceError(
-                f"error running nvidia-smi: not found under {Path(self.root)} ({', '.join(BINARY_DIRS)}); "
-                "mount the host's driver root at --container-driver-root (DRIVER_ROOT_CTR_PATH)"
-            )
-        for argv in (
-            [smi, "-i", uuid, "-c", "DEFAULT"],
-            [smi, "compute-policy", "-i", uuid, "--set-timeslice", str(INTERVALS[interval])],
-        ):
-            try:
-                done = self.run(argv)
-            except (OSError, subprocess.TimeoutExpired) as err:
-                raise TimeSliceError(f"error running nvidia-smi: {err}") from None
-            if done.returncode != 0:
-                output = " ".join((done.stdout + done.stderr).split())[:300]
-                raise TimeSliceError(f"error running nvidia-smi: exit status {done.returncode}: {output}")
+        try:
+            self.smi.compute_mode(uuid, "DEFAULT")
+            self.smi("compute-policy", "-i", uuid, "--set-timeslice", str(INTERVALS[interval]))
+        except NvidiaSmiError as err:
+            raise TimeSliceError(str(err)) from None
 
 
 def time_sliced_uuids(sharing: dict[str, object], devices: dict[str, DraDevice]) -> list[str]:

@@ -90,8 +90,8 @@ def run_cmd(timeout_s: float, follow_logs: bool, verbose: bool, **params: Any) -
 @click.option("--dry-run", is_flag=True, help="Print the mount command instead of running it.")
 def mount_shm_cmd(meminfo: Path, mountinfo: Path, dry_run: bool, **params: Any) -> None:
     """Mount the tmpfs at <root>/shm that MPS clients share as /dev/shm (needs root)."""
-    from kubegpu.mps.shm import mount_command, mount_shm, shm_size
     from kubegpu.node.mps_control import MpsCommandError
+    from kubegpu.node.mps_shm import mount_command, mount_shm, shm_size
 
     setup_logging()
     try:

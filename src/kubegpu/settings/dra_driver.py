@@ -32,11 +32,6 @@ SHARE_MODES = (DISABLED, "memory", "unlimited")
 
 # NVIDIA's flags kubegpu accepts but does not act on, and why (the end of the warning).
 NO_EFFECT: Mapping[str, str] = {
-    "namespace": "it places MPS control-daemon Deployments (MPSSupport), not run by kubegpu yet",
-    "image-name": "it is the image of MPS control-daemon Deployments (MPSSupport), not run by kubegpu yet",
-    "image-pull-secrets": "they are for MPS control-daemon Deployments (MPSSupport), not run by kubegpu yet",
-    "image-pull-policy": "it is for MPS control-daemon Deployments (MPSSupport), not run by kubegpu yet",
-    "service-account-name": "it is for MPS control-daemon Deployments (MPSSupport), not run by kubegpu yet",
     "host-root": "only PassthroughSupport uses it, which kubegpu does not implement",
     "healthcheck-port": "kubegpu serves no grpc.health.v1 port; probe the DRA socket or --http-endpoint",
     "kube-api-qps": "the Kubernetes Python client has no client-side rate limit",
@@ -61,6 +56,35 @@ class DriverFlags:
     hook_path: str
     xids_to_ignore: frozenset[int] = frozenset()
     warnings: tuple[str, ...] = field(default=())
+    mps: MpsDeploymentFlags | None = None  # set when MPSSupport is on
+
+
+# What NVIDIA's MPS flags say about the control-daemon Deployments (MPSSupport; NVIDIA's flags of the same
+# names). They act only with the gate on; without it a given value changes nothing (one warning).
+MPS_FLAGS: Mapping[str, str] = {
+    "namespace": "it places MPS control-daemon Deployments, which run only with MPSSupport=true",
+    "image-name": "it is the image of MPS control-daemon Deployments, which run only with MPSSupport=true",
+    "image-pull-secrets": "they are for MPS control-daemon Deployments, which run only with MPSSupport=true",
+    "image-pull-policy": "it is for MPS control-daemon Deployments, which run only with MPSSupport=true",
+    "service-account-name": "it is for MPS control-daemon Deployments, which run only with MPSSupport=true",
+}  # fmt: skip
+
+IMAGE_NAME_REQUIRED = (
+    "invalid CLI flags: --image-name (IMAGE_NAME) is required when the MPSSupport feature gate is enabled: "
+    "set it to the image the MPS control-daemon Deployments run (the driver's own image, as NVIDIA's chart "
+    "sets it)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MpsDeploymentFlags:
+    """NVIDIA's flags that shape the MPS control-daemon Deployments."""
+
+    namespace: str
+    image: str
+    pull_secrets: tuple[str, ...] = ()
+    pull_policy: str = ""  # empty: Kubernetes' default
+    service_account: str = ""  # empty: the namespace's default
 
 
 def parse_consumable_shares(text: str) -> str | int:
@@ -112,6 +136,19 @@ def driver_flags(given: Mapping[str, FlagValue]) -> DriverFlags:
             "invalid CLI flags: --consumable-shares requires feature gate ConsumableShares to be enabled"
         )
     ignored = value("additional-xids-to-ignore")
+    mps = None
+    if gates["MPSSupport"]:
+        image = str(value("image-name"))
+        if not image:
+            raise ConfigError(IMAGE_NAME_REQUIRED)
+        secrets = value("image-pull-secrets")
+        mps = MpsDeploymentFlags(
+            namespace=str(value("namespace")) or "default",
+            image=image,
+            pull_secrets=tuple(str(s) for s in secrets) if isinstance(secrets, list | tuple) else (),
+            pull_policy=str(value("image-pull-policy")),
+            service_account=str(value("service-account-name")),
+        )
     return DriverFlags(
         gates=gates,
         consumable_shares=shares,
@@ -119,13 +156,14 @@ def driver_flags(given: Mapping[str, FlagValue]) -> DriverFlags:
         container_driver_root=str(value("container-driver-root")),
         hook_path=str(value("nvidia-cdi-hook-path")) or DEFAULT_HOOK_PATH,
         xids_to_ignore=ignored.ids if isinstance(ignored, XidList) else frozenset(),
-        warnings=tuple(_no_effect_warnings(given)),
+        warnings=tuple(_no_effect_warnings(given, mps_on=mps is not None)),
+        mps=mps,
     )
 
 
-def _no_effect_warnings(given: Mapping[str, FlagValue]) -> list[str]:
+def _no_effect_warnings(given: Mapping[str, FlagValue], *, mps_on: bool) -> list[str]:
     out = []
-    for name, why in NO_EFFECT.items():
+    for name, why in {**NO_EFFECT, **({} if mps_on else MPS_FLAGS)}.items():
         found = given.get(name)
         setting = lookup(DRA, name)
         if found is None or not found.explicit or text_of(setting, found.value) == default_text(setting):

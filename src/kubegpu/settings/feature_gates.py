@@ -42,8 +42,9 @@ _LOGGING = "component-base logging; no effect here"
 GATES: tuple[Gate, ...] = (
     Gate("TimeSlicingSettings", False, "Alpha", "0.2", "gpu", True,
          "`strategy: TimeSlicing`: the interval set with nvidia-smi at Prepare, reset at Unprepare"),
-    Gate("MPSSupport", False, "Alpha", "0.2", "gpu", False,
-         "GpuConfig/MigDeviceConfig `strategy: MPS` with an MPS control daemon per claim"),
+    Gate("MPSSupport", False, "Alpha", "0.2", "gpu", True,
+         "GpuConfig/MigDeviceConfig `strategy: MPS`: an MPS control-daemon Deployment per claim, as NVIDIA "
+         "runs it"),
     Gate("IMEXDaemonsWithDNSNames", True, "Beta", "0.2", "compute-domain", True,
          "ComputeDomain driver only; accepted, no effect on GPUs (as in NVIDIA's GPU plugin)"),
     Gate("PassthroughSupport", False, "Alpha", "0.3", "gpu", False,

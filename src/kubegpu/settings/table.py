@@ -427,25 +427,24 @@ SETTINGS: tuple[Setting, ...] = (
             "XIDs that taint nothing (comma list; malformed entries skipped), added to "
             "DP_DISABLE_HEALTHCHECKS's.",
             "nvidia", (DRA,)),
-    # NVIDIA's flags that change nothing here: accepted, with a warning when given (`settings.dra_driver`).
     Setting("namespace", ("NAMESPACE",), "default", "str",
-            "Namespace of the MPS control-daemon Deployments (MPSSupport); changes nothing here yet.",
+            "Namespace of the MPS control-daemon Deployments (MPSSupport).",
             "nvidia", (DRA,)),
+    # NVIDIA's flags that change nothing here: accepted, with a warning when given (`settings.dra_driver`).
     Setting("host-root", ("HOST_ROOT",), "/host-root", "str",
             "Host / in the container (PassthroughSupport); changes nothing here.",
             "nvidia", (DRA,)),
     Setting("image-name", ("IMAGE_NAME",), "", "str",
-            "Image of the MPS control-daemon Deployments (required by NVIDIA's driver); changes nothing here "
-            "yet.",
+            "Image of the MPS control-daemon Deployments (this driver's image); required with MPSSupport.",
             "nvidia", (DRA,)),
     Setting("image-pull-secrets", ("IMAGE_PULL_SECRETS",), (), "list",
-            "Pull secrets of the MPS control-daemon Deployments; changes nothing here yet.",
+            "Pull secrets of the MPS control-daemon Deployments (comma list of secret names).",
             "nvidia", (DRA,)),
     Setting("image-pull-policy", ("IMAGE_PULL_POLICY",), "", "str",
-            "Pull policy of the MPS control-daemon Deployments; changes nothing here yet.",
+            "Pull policy of the MPS control-daemon Deployments; empty: Kubernetes' default.",
             "nvidia", (DRA,)),
     Setting("service-account-name", ("SERVICE_ACCOUNT_NAME",), "", "str",
-            "Service account of the MPS control-daemon Deployments; changes nothing here yet.",
+            "Service account of the MPS control-daemon Deployments; empty: the namespace's default.",
             "nvidia", (DRA,)),
     Setting("healthcheck-port", ("HEALTHCHECK_PORT",), -1, "int",
             "Port of NVIDIA's grpc.health.v1 server (<0: none); changes nothing here: probe the DRA socket "

@@ -31,3 +31,13 @@ def install(driver_root: Path, log: Path) -> Path:
 def calls(log: Path) -> list[str]:
     """The recorded calls, one argument string each, oldest first."""
     return log.read_text().splitlines() if log.exists() else []
+
+
+def compute_modes(log: Path) -> dict[str, str]:
+    """Each GPU's compute mode as the recorded `-i <uuid> -c <mode>` calls left it."""
+    modes = {}
+    for call in calls(log):
+        parts = call.split()
+        if len(parts) == 4 and parts[0] == "-i" and parts[2] == "-c":
+            modes[parts[1]] = parts[3]
+    return modes

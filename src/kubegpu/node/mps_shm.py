@@ -1,4 +1,5 @@
-"""`kubegpu mps-daemon mount-shm`: the tmpfs at `<root>/shm` that MPS clients get as /dev/shm.
+"""The tmpfs MPS clients get as /dev/shm: `kubegpu mps-daemon mount-shm` mounts it at `<root>/shm`, the DRA
+driver at each MPS claim's `<plugin dir>/mps/<id>/shm` (MPSSupport).
 
 NVIDIA's init container mounts it before the daemons start, sized at half the node's memory as
 /proc/meminfo states it (`MemTotal: 16316296 kB` -> `size=8158148k`), 65536k when that cannot be read.
