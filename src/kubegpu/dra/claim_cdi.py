@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,10 @@ class ClaimSpecs:
         devices: Sequence[DraDevice],
         inventory: Inventory,
         sharing: dict[str, Sharing | None],
+        extra_env: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        """The claim's spec; `sharing` maps device name -> the sharing config that applies to it."""
+        """The claim's spec; `sharing` maps device name -> the sharing config that applies to it,
+        `extra_env` device name -> more env (what a shared allocation consumed: `dra.consumed`)."""
         minors = self.options.mig_minors
         entries = []
         for device in devices:
@@ -73,6 +75,7 @@ class ClaimSpecs:
             }
             config = sharing.get(device.name)
             env = config.env([device.uuid]) if config is not None else []
+            env += (extra_env or {}).get(device.name, ())
             if env:
                 edits["env"] = env
             entries.append({"name": cdi_device_name(claim_uid, device.name), "containerEdits": edits})

@@ -63,6 +63,8 @@ class Result:
     pool: str
     device: str
     admin_access: bool = False
+    share_id: str | None = None  # one allocation of a device several claims share (ConsumableShares)
+    consumed: tuple[tuple[str, str], ...] = ()  # its consumedCapacity: (capacity name, quantity text)
 
     @property
     def request_name(self) -> str:
@@ -188,6 +190,8 @@ class ClaimReader:
                 str(r.get("pool", "")),
                 str(r.get("device", "")),
                 bool(r.get("adminAccess")),
+                str(r["shareID"]) if r.get("shareID") else None,
+                tuple((str(k), str(v)) for k, v in sorted((r.get("consumedCapacity") or {}).items())),
             )
             for r in devices.get("results") or []
             if r.get("driver") == self.driver_name

@@ -16,6 +16,10 @@
 - The driver is the last line of defence: a device prepared for another claim is refused unless one of the
   two has admin access, and so is a device named by a CDI spec on disk that no checkpoint entry accounts
   for (an orphan: the checkpoint was lost) until the claim is matched with the API server (`rebuild`).
+  With ConsumableShares (`shares`), NVIDIA's rule instead: claims may share a device when their configs
+  for it are the same, MPS is refused, and Unprepare leaves a device's time slice and partition to the
+  claims that still use it. What a shared allocation consumed goes to the workload's env and the claim's
+  status (`dra.consumed`).
 """
 
 from __future__ import annotations
@@ -27,15 +31,18 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from kubegpu.common.quoting import plain_id
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
 from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
 from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
+from kubegpu.dra.consumable_shares import MPS_WITH_SHARES, conflict
+from kubegpu.dra.consumed import consumed_by, per_device, status_entry
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
-from kubegpu.dra.gpuconfig import ConfigError, sharing_of
+from kubegpu.dra.gpuconfig import MPS, ConfigError, Sharing, sharing_of
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
 from kubegpu.dra.sharing_gates import check_strategy
 from kubegpu.dra.timeslicing import TimeSliceError, TimeSlicer, time_sliced_uuids
@@ -46,6 +53,8 @@ log = logging.getLogger(__name__)
 
 READ_THREADS = 8  # API reads in flight, all calls together (within the client's pool of 5 per CPU)
 READS_PER_CALL = 2  # so that one call with many claims leaves threads for the others
+
+StatusWriter = Callable[[AllocatedClaim, list[dict[str, Any]]], None]
 
 
 class DeviceBusy(ClaimError):
@@ -76,6 +85,7 @@ class Preparer:
         devices: Callable[[], tuple[Inventory, dict[str, DraDevice]]],
         gates: FeatureGates = DEFAULT_GATES,
         timeslicer: TimeSlicer | None = None,
+        shares: str | int | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -86,10 +96,17 @@ class Preparer:
         self.devices = devices
         self.gates = gates
         self.timeslicer = timeslicer  # TimeSlicingSettings on: time slices set and reset with nvidia-smi
+        self.shares = shares  # ConsumableShares' mode (consumable_shares.shares_mode), None when off
+        # Shared allocations' status.devices entries to write once the lock is free (`write_statuses`).
+        self.status_writer: StatusWriter | None = None
+        self._statuses: dict[str, tuple[AllocatedClaim, list[dict[str, Any]]]] = {}
         self.failures = FailureCounts()
         # Specs on disk that no checkpoint entry names, by claim UID, with the devices each names: claims
         # prepared before the checkpoint was lost. Their devices stay held until `rebuild` settles them.
         self.orphans: dict[str, tuple[str, ...]] = {}
+        # With shares: an orphan's configs by device (checkpoint summaries), once the API server told them
+        # (`rebuild`); an orphan whose configs are known shares its devices by NVIDIA's rule.
+        self.orphan_sharing: dict[str, dict[str, Any]] = {}
         self.orphans_found = asyncio.Event()  # set when there is something to rebuild (`rebuild_forever`)
         # Why the claims prepared here must be rebuilt from the API server (`events.REBUILD_REASONS`), until
         # it answered once: the checkpoint is unreadable or missing (a spec may be lost with it, so only the
@@ -197,6 +214,26 @@ class Preparer:
             for ref in unread:  # another call may have prepared it meanwhile: look again
                 if not self._answered_from_checkpoint(ref, out):
                     out[ref.uid] = self._prepare_read(ref, read[ref.uid])
+        await self.write_statuses()
+
+    async def write_statuses(self) -> None:
+        """Write the status.devices entries of the shared allocations prepared since the last time, with the
+        lock free and within the reader's timeout; a failure is logged, never the claim's: the status only
+        shows what the driver did."""
+        pending, self._statuses = self._statuses, {}
+        if self.status_writer is None or not pending:
+            return
+        loop = asyncio.get_running_loop()
+        writer = self.status_writer
+        tasks = [loop.run_in_executor(self._reads, writer, c, e) for c, e in pending.values()]
+        done, late = await asyncio.wait(tasks, timeout=self.reader.timeout)
+        for task in late:
+            task.cancel()
+        for task in done:
+            if task.exception() is not None:
+                log.warning("cannot write a claim's status.devices: %s", task.exception())
+        if late:
+            log.warning("%d claim status write(s) did not finish within %g s", len(late), self.reader.timeout)
 
     async def _confirmed(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> bool:
         """After a lost checkpoint, rebuild first; False (each claim refused, the kubelet retries) while the
@@ -304,13 +341,16 @@ class Preparer:
                     f"{what}: device {result.device} is not published by this node (it publishes "
                     f"{', '.join(table) or 'no devices'})"
                 )
-            if not result.admin_access:
-                self._check_free(what, claim.uid, result.device)
             picked.append(device)
         sharing = sharing_of(claim, picked, self.driver_name)
         for chosen in sharing.values():
             if chosen is not None:
+                if self.shares is not None and chosen.strategy == MPS:
+                    raise ConfigError(MPS_WITH_SHARES)
                 check_strategy(chosen, self.gates)  # NVIDIA's gates: MPS and time-slicing need theirs
+        for result in claim.results:
+            if not result.admin_access:
+                self._check_free(what, claim.uid, result.device, _summary(sharing.get(result.device)))
         if self.timeslicer is not None:  # before anything is recorded: a failure leaves nothing behind
             self.timeslicer.apply(claim.uid, [r.request for r in claim.results], picked, sharing)
         prepared = tuple(
@@ -328,12 +368,19 @@ class Preparer:
         unique = list({d.name: d for d in picked}.values())
         if self.partitions is not None:  # DynamicMIG: its MIG devices created (a crash leaves them unheld)
             unique = self.partitions.prepare(what, unique)
+        consumed = consumed_by(claim.results, {d.name: d for d in unique}, self.shares)
         self.checkpoint.put(started)
-        self.specs.write(claim.uid, unique, inventory, sharing)
+        self.specs.write(
+            claim.uid, unique, inventory, sharing, {name: c.env() for name, c in per_device(consumed).items()}
+        )
         self.checkpoint.put(
             PreparedClaim(claim.uid, claim.namespace, claim.name, COMPLETED, prepared, summary)
         )
         self.orphans.pop(claim.uid, None)
+        self.orphan_sharing.pop(claim.uid, None)
+        if consumed:
+            entries = [status_entry(self.driver_name, r.pool, r.device, c) for r, c in consumed]
+            self._statuses[claim.uid] = (claim, entries)
         log.info(
             "prepared %s (%s): %s",
             what,
@@ -344,16 +391,36 @@ class Preparer:
             log.info("%s: device %s shared by %s", what, name, config)
         return Outcome(prepared)
 
-    def _check_free(self, what: str, uid: str, device: str) -> None:
+    def sharing_summary(self, claim: AllocatedClaim) -> dict[str, Any]:
+        """The claim's configs by device, as its checkpoint entry records them; ConfigError."""
+        _, table = self.devices()
+        picked = [table[r.device] for r in claim.results if r.device in table]
+        if len(picked) != len(claim.results):
+            raise ConfigError(f"claim {claim.namespace}/{claim.name}: a device is not published here")
+        summaries = {n: _summary(s) for n, s in sharing_of(claim, picked, self.driver_name).items()}
+        return {name: summary for name, summary in summaries.items() if summary is not None}
+
+    def _check_free(self, what: str, uid: str, device: str, config: dict[str, Any] | None) -> None:
         """DeviceBusy when another claim holds `device`: prepared for it (checkpoint), or named by its
-        CDI spec while the checkpoint that recorded it is lost (an orphan)."""
+        CDI spec while the checkpoint that recorded it is lost (an orphan). With ConsumableShares, NVIDIA's
+        rule: another claim may hold it when its config for the device (`config`: a checkpoint summary, None
+        without one) is the same; an orphan only once its config is known."""
         for other in self.checkpoint.holders(device, uid):
+            if self.shares is not None:
+                if other.sharing.get(device) == config:
+                    continue
+                raise DeviceBusy(conflict(uid, device, other.uid))
             raise DeviceBusy(
                 f"{what}: device {device} is already prepared for claim {other.namespace}/{other.name} "
                 f"({other.uid})"
             )
         for other_uid, held in self.orphans.items():
             if other_uid != uid and device in held:
+                known = self.orphan_sharing.get(other_uid)
+                if self.shares is not None and known is not None:
+                    if known.get(device) == config:
+                        continue
+                    raise DeviceBusy(conflict(uid, device, other_uid))
                 raise DeviceBusy(
                     f"{what}: device {device} may be in use by claim {other_uid}: its CDI spec is on disk "
                     f"but the checkpoint entry is lost and the API server has not yet confirmed the claim; "
@@ -389,12 +456,15 @@ class Preparer:
         if known is None and not orphan:
             log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
             return None
+        # With shares, what another claim still uses keeps its time slice and partition (NVIDIA's rule).
+        shared = self._used_by_others(ref.uid) if self.shares is not None else set()
         try:
             if self.timeslicer is not None and known is not None:
-                self.timeslicer.reset(ref.uid, time_sliced_uuids(known.sharing, self.devices()[1]))
+                sliced = {name: s for name, s in known.sharing.items() if name not in shared}
+                self.timeslicer.reset(ref.uid, time_sliced_uuids(sliced, self.devices()[1]))
             if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
                 held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
-                self.partitions.destroy(held, self.devices()[0])
+                self.partitions.destroy([d for d in held if d not in shared], self.devices()[0])
             self.specs.remove(ref.uid)
             self.checkpoint.remove(ref.uid)
         except TimeSliceError as err:
@@ -406,6 +476,11 @@ class Preparer:
             log.error("%s", message)
             return Failure("io", message)
         self.orphans.pop(ref.uid, None)
+        self.orphan_sharing.pop(ref.uid, None)
+        if shared:
+            mine = {d.device for d in known.devices} if known else set(self.orphans.get(ref.uid, ()))
+            for device in sorted(mine & shared):
+                log.info("%s: device %s is still used by another claim: kept", ref.describe(), device)
         log.info(
             "unprepared %s (%s)%s",
             ref.describe(),
@@ -414,10 +489,17 @@ class Preparer:
         )
         return None
 
+    def _used_by_others(self, uid: str) -> set[str]:
+        """The devices a claim other than `uid` holds: prepared (checkpoint) or named by an orphan's spec."""
+        held = {d.device for c in self.checkpoint.claims.values() if c.uid != uid for d in c.devices}
+        held.update(d for other, devices in self.orphans.items() if other != uid for d in devices)
+        return held
+
     def forget_orphan(self, uid: str, why: str) -> None:
         """Remove an orphan's spec: the API server says its claim is not (any more) prepared here."""
         self.specs.remove(uid)
         self.orphans.pop(uid, None)
+        self.orphan_sharing.pop(uid, None)
         self.settled["removed"] += 1
         log.info("removed the CDI spec of claim %s, prepared before the checkpoint was lost: %s", uid, why)
 
@@ -428,3 +510,7 @@ def _not_this_claim(ref: ClaimRef, known: PreparedClaim, outcome: str) -> Failur
         f"{ref.describe()}: UID {plain_id(ref.uid)} belongs to claim {known.namespace}/{known.name} on this "
         f"node, not to this one; {outcome}",
     )
+
+
+def _summary(sharing: Sharing | None) -> dict[str, Any] | None:
+    return None if sharing is None else sharing.summary()
