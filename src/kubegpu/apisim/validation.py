@@ -9,6 +9,7 @@ firstAvailable, class names, allocation modes and counts, CEL selectors that mus
 immutable spec; claim status: reservedFor (at most 256, unique, needs an allocation) and an allocation that
 cannot change once set; DeviceClass selectors and config. Partitionable devices and consumable capacity
 (sharedCounters, consumesCounters, request policies, capacity requests, shareID) are in `partitionable`,
+a driver's `status.devices` in `device_status`,
 the name rules (DNS labels and subdomains, driver names, qualified IDs) and their texts in `names`.
 Not modelled: everything else (e.g. opaque config
 size, node selectors' syntax, admin access namespaces).
@@ -25,6 +26,7 @@ import semver
 from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_dns1123_subdomain, is_qualified_name
 
+from .device_status import device_statuses
 from .errors import FieldError
 from .kinds import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceKind
 from .names import DNS_LABEL, DNS_LABEL_MSG, DNS_SUBDOMAIN_MSG, driver_name, qualified_id
@@ -354,4 +356,4 @@ def _claim_status(status: Mapping[str, Any], old: Mapping[str, Any]) -> list[Fie
         errors.append(FieldError.invalid("status.allocation", after, "field is immutable"))
     elif after and not before:
         errors += allocation_results(status)
-    return errors
+    return errors + device_statuses(status)

@@ -1,0 +1,374 @@
+"""ConsumableShares with `kubegpu dra` as a process against the kubelet simulator and the fake API server.
+
+Claims are allocated by the real structured allocator (`SimulatedDraNode.try_allocate`) from the slices the
+driver publishes, so the request policies, shareIDs and consumedCapacity are the scheduler's; only the
+DynamicMIG sharers are written by hand (NVIDIA's partitions publish their engines without a request policy,
+so the scheduler never gives one to two claims). Expected values are NVIDIA's (docs/reference/
+dra-nvidia-features.md §4) and kubegpu's documented env and status, written out."""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubegpu.demo.dranode import DRIVER, NODE, claim_pod
+from kubegpu.demo.dranode import SimulatedDraNode as DraNode
+from kubegpu.kubeletsim import PrepareError
+from kubegpu.node.nvml import fake_smi
+from kubegpu.resourceapi import reserved_status
+from tests.contract.test_dra_dynamic_mig import H100, live_migs
+from tests.dra_objects import claim, request
+
+T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"
+ON_GPU0 = f'device.attributes["gpu.nvidia.com"].uuid == "{T4_GPU0}"'
+T4_MEMORY = 15360 * 1024 * 1024  # 15Gi
+GIB = 1024**3
+
+
+def shares(mode: str, *gates: str) -> tuple[str, ...]:
+    return ("--feature-gates", ",".join(("ConsumableShares=true", *gates)), "--consumable-shares", mode)
+
+
+def gpu0(name: str, memory: str | None = None, config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    wanted = request("gpu", selectors=[ON_GPU0])
+    if memory is not None:
+        wanted["exactly"]["capacity"] = {"requests": {"memory": memory}}
+    return claim(name, [wanted], config=config or [])
+
+
+def gpu_config(sharing: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "requests": ["gpu"],
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "GpuConfig",
+                "sharing": sharing,
+            },
+        },
+    }
+
+
+TIME_SLICED = gpu_config({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}})
+MPS = gpu_config({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}})
+
+
+def spec_env(node: DraNode, uid: str) -> dict[str, str]:
+    spec = json.loads((node.cdi / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+    (entry,) = spec["devices"]
+    return dict(e.split("=", 1) for e in entry["containerEdits"].get("env", []))
+
+
+def kubegpu_env(node: DraNode, uid: str) -> dict[str, str]:
+    return {k: v for k, v in spec_env(node, uid).items() if k.startswith("KUBEGPU_")}
+
+
+def result_of(allocated: dict[str, Any]) -> dict[str, Any]:
+    (result,) = allocated["status"]["allocation"]["devices"]["results"]
+    return dict(result)
+
+
+def with_fake_smi(node: DraNode) -> Path:
+    root = node.root / "driver-root"
+    log = node.root / "nvidia-smi.log"
+    fake_smi.install(root, log)
+    node.extra_env["DRIVER_ROOT_CTR_PATH"] = str(root)
+    return log
+
+
+async def started(node: DraNode, *args: str, devices: int = 4) -> None:
+    node.start_driver(*args)
+    await node.wait_registered()
+    await node.wait_published(devices)
+
+
+# ---- the slices, as NVIDIA publishes them ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "capacity"),
+    [
+        ("memory", {"memory": {"value": "15Gi", "requestPolicy": {
+            "default": "15Gi", "validRange": {"min": "1Mi", "max": "15Gi", "step": "1Mi"}}}}),
+        ("unlimited", {"memory": {"value": "15Gi", "requestPolicy": {
+            "default": "0", "validRange": {"min": "0", "max": "15Gi", "step": "1Mi"}}}}),
+        ("4", {"memory": {"value": "15Gi", "requestPolicy": {
+            "default": "0", "validRange": {"min": "0", "max": "15Gi", "step": "1Mi"}}},
+               "shares": {"value": "4", "requestPolicy": {
+            "default": "1", "validRange": {"min": "1", "max": "4", "step": "1"}}}}),
+    ],
+)  # fmt: skip
+async def test_every_gpu_is_published_for_several_claims_with_nvidias_request_policy(
+    mode: str, capacity: dict[str, Any]
+) -> None:
+    async with DraNode("t4-pcie") as node:
+        await started(node, *shares(mode))
+        for name, device in node.published().items():
+            assert device["allowMultipleAllocations"] is True, name
+            assert device["capacity"] == capacity, name
+
+
+async def test_shares_off_publishes_what_it_did_before() -> None:
+    async with DraNode("t4-pcie") as node:
+        await started(node, "--feature-gates", "ConsumableShares=true")  # the flag left at disabled
+        device = node.published()["gpu-0"]
+        assert "allowMultipleAllocations" not in device
+        assert device["capacity"] == {"memory": {"value": "15Gi"}}
+
+
+async def test_static_and_dynamic_mig_devices_are_shared_too_and_counters_are_left_alone() -> None:
+    async with DraNode("a100-mig") as node:
+        node.start_driver(*shares("memory"))
+        await node.wait_registered()
+        await node.wait(lambda: bool(node.published()), "published devices")
+        mig = node.published()["gpu-0-mig-1g5gb-19-0"]
+        assert mig["allowMultipleAllocations"] is True
+        assert mig["capacity"]["memory"] == {"value": "4864Mi", "requestPolicy": {
+            "default": "4864Mi", "validRange": {"min": "1Mi", "max": "4864Mi", "step": "1Mi"}}}  # fmt: skip
+        assert mig["capacity"]["memorySlice0"] == {"value": "1"}  # no policy: consumed whole
+    async with DraNode("mig-dynamic", env={"FEATURE_GATES": "DynamicMIG=true,ConsumableShares=true",
+                                           "CONSUMABLE_SHARES": "2"}) as node:  # fmt: skip
+        node.start_driver()
+        await node.wait_registered()
+        await node.wait_published(4 * 25)
+        partition = node.published()["gpu-2-mig-1g10gb-19-3"]
+        assert partition["allowMultipleAllocations"] is True
+        assert partition["capacity"]["shares"] == {"value": "2", "requestPolicy": {
+            "default": "1", "validRange": {"min": "1", "max": "2", "step": "1"}}}  # fmt: skip
+        assert partition["capacity"]["memory"]["requestPolicy"]["default"] == "0"
+        counters = [s["spec"]["sharedCounters"] for s in node.slices() if "sharedCounters" in s["spec"]]
+        assert counters and all("allowMultipleAllocations" not in c for sets in counters for c in sets)
+
+
+# ---- claims sharing one GPU ------------------------------------------------------------------------------
+
+
+async def test_two_claims_share_a_gpu_by_memory_and_each_sees_what_it_consumed() -> None:
+    async with DraNode("t4-pcie") as node:
+        await started(node, *shares("memory"))
+        assert node.sim is not None
+        uids, share_ids = [], []
+        for name, memory in (("train", "8Gi"), ("infer", "6Gi")):
+            pod = claim_pod(f"pod-{name}", name)
+            allocated = node.allocate(gpu0(name, memory), pod)
+            result = result_of(allocated)
+            assert (result["device"], result["consumedCapacity"]) == ("gpu-0", {"memory": memory})
+            uids.append(allocated["metadata"]["uid"])
+            share_ids.append(result["shareID"])
+            await node.sim.admit(pod)
+        assert kubegpu_env(node, uids[0]) == {
+            "KUBEGPU_SHARE_ID": share_ids[0],
+            "KUBEGPU_CONSUMED_MEMORY_BYTES": str(8 * GIB),
+            "KUBEGPU_DEVICE_MEMORY_BYTES": str(T4_MEMORY),
+        }
+        assert kubegpu_env(node, uids[1])["KUBEGPU_CONSUMED_MEMORY_BYTES"] == str(6 * GIB)
+        for name, memory, share_id in (("train", "8Gi", share_ids[0]), ("infer", "6Gi", share_ids[1])):
+            assert node.api.get("resourceclaims", name)["status"]["devices"] == [
+                {"driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": share_id,
+                 "data": {"consumedCapacity": {"memory": memory}, "deviceCapacity": {"memory": "15Gi"}}}
+            ]  # fmt: skip
+        # 1Gi is left on gpu-0: a third claim for 2Gi of it is not allocated
+        assert node.try_allocate(gpu0("more", "2Gi"), claim_pod("pod-more", "more")) is None
+        await node.sim.terminate_pod("pod-train")
+        assert not (node.cdi / f"k8s.gpu.nvidia.com-claim_{uids[0]}.json").exists()
+        assert kubegpu_env(node, uids[1])["KUBEGPU_SHARE_ID"] == share_ids[1]
+
+
+async def test_in_integer_mode_n_claims_fit_and_the_next_does_not() -> None:
+    async with DraNode("t4-pcie") as node:
+        await started(node, *shares("3"))
+        assert node.sim is not None
+        for i in range(3):
+            pod = claim_pod(f"pod-{i}", f"c{i}")
+            allocated = node.allocate(gpu0(f"c{i}"), pod)
+            assert result_of(allocated)["consumedCapacity"] == {"memory": "0", "shares": "1"}
+            await node.sim.admit(pod)
+            env = kubegpu_env(node, allocated["metadata"]["uid"])
+            assert (env["KUBEGPU_CONSUMED_SHARES"], env["KUBEGPU_DEVICE_SHARES"]) == ("1", "3")
+            assert env["KUBEGPU_CONSUMED_MEMORY_BYTES"] == "0"
+        assert node.try_allocate(gpu0("c3"), claim_pod("pod-3", "c3")) is None
+
+
+async def test_a_claim_with_another_config_for_a_shared_gpu_is_refused_with_nvidias_text() -> None:
+    async with DraNode("t4-pcie") as node:
+        with_fake_smi(node)
+        await started(node, *shares("unlimited", "TimeSlicingSettings=true"))
+        assert node.sim is not None
+        first = claim_pod("plain", "c1")
+        c1 = node.allocate(gpu0("c1"), first)
+        await node.sim.admit(first)
+        second = claim_pod("sliced", "c2")
+        c2 = node.allocate(gpu0("c2", config=[TIME_SLICED]), second)
+        with pytest.raises(PrepareError) as refused:
+            await node.sim.admit(second)
+        assert (
+            f"unable to prepare claim {c2['metadata']['uid']}: requested device gpu-0 has conflicting "
+            f"configuration with already prepared claim {c1['metadata']['uid']}"
+        ) in str(refused.value)
+        third = claim_pod("plain-too", "c3")
+        node.allocate(gpu0("c3"), third)
+        await node.sim.admit(third)  # the same (no) config: shared
+
+
+async def test_mps_is_refused_with_nvidias_text() -> None:
+    async with DraNode("t4-pcie") as node:
+        await started(node, *shares("memory"))
+        assert node.sim is not None
+        pod = claim_pod("mps", "c1")
+        node.allocate(gpu0("c1", "4Gi", config=[MPS]), pod)
+        with pytest.raises(PrepareError) as refused:
+            await node.sim.admit(pod)
+        assert "MPS sharing is not supported when consumable shares is enabled" in str(refused.value)
+
+
+async def test_the_time_slice_stays_until_the_last_sharer_is_unprepared() -> None:
+    async with DraNode("t4-pcie") as node:
+        log = with_fake_smi(node)
+        await started(node, *shares("memory", "TimeSlicingSettings=true"))
+        assert node.sim is not None
+        for name in ("a", "b"):
+            pod = claim_pod(f"pod-{name}", name)
+            node.allocate(gpu0(name, "4Gi", config=[TIME_SLICED]), pod)
+            await node.sim.admit(pod)
+        set_long = [f"-i {T4_GPU0} -c DEFAULT", f"compute-policy -i {T4_GPU0} --set-timeslice 3"]
+        assert fake_smi.calls(log) == set_long * 2
+        await node.sim.terminate_pod("pod-a")
+        assert fake_smi.calls(log) == set_long * 2  # b still uses gpu-0: no reset
+        assert "device gpu-0 is still used by another claim: kept" in node.log()
+        await node.sim.terminate_pod("pod-b")
+        assert fake_smi.calls(log)[4:] == [
+            f"-i {T4_GPU0} -c DEFAULT",
+            f"compute-policy -i {T4_GPU0} --set-timeslice 0",
+        ]
+
+
+# ---- restarts and a lost checkpoint ----------------------------------------------------------------------
+
+
+def share_partition(node: DraNode, name: str, device: str, pod: Any, *more: str) -> str:
+    """A claim holding a share of a DynamicMIG partition (and of `more`, one request each), written as the
+    scheduler writes one; its UID."""
+    devices = (device, *more)
+    names = [f"mig{i}" for i in range(len(devices))]
+    created = node.api.create("resourceclaims", claim(name, [request(n) for n in names]))
+    results = [
+        {"request": n, "driver": DRIVER, "pool": NODE, "device": d, "shareID": str(uuid.uuid4()),
+         "consumedCapacity": {"shares": "1"}}
+        for n, d in zip(names, devices, strict=True)
+    ]  # fmt: skip
+    allocation = {
+        "devices": {"results": results},
+        "nodeSelector": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]},
+    }  # fmt: skip
+    created["status"] = reserved_status(allocation, pod.name, pod.uid)
+    return str(node.api.update("resourceclaims", created, status=True)["metadata"]["uid"])
+
+
+async def test_a_shared_partition_survives_a_restart_and_the_first_sharer_leaving() -> None:
+    env = {"FEATURE_GATES": "DynamicMIG=true,ConsumableShares=true", "CONSUMABLE_SHARES": "2"}
+    async with DraNode("mig-dynamic", env=env) as node:
+        node.start_driver()
+        await node.wait_registered()
+        assert node.sim is not None
+        device = "gpu-2-mig-3g40gb-9-4"
+        for name in ("a", "b"):
+            pod = claim_pod(f"pod-{name}", name)
+            share_partition(node, name, device, pod)
+            await node.sim.admit(pod)
+        (held,) = live_migs(node, H100)  # one MIG device, both claims on it
+        assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
+        node.start_driver()
+        await node.wait(
+            lambda: node.log().count("registered with the kubelet as DRA driver") == 2, "re-registration"
+        )
+        assert "Found unexpected MIG device" not in node.log()
+        await node.sim.terminate_pod("pod-a")
+        assert [m.uuid for m in live_migs(node, H100)] == [held.uuid]
+        await node.sim.terminate_pod("pod-b")
+        assert live_migs(node, H100) == []
+
+
+async def test_a_sharer_whose_prepare_fails_leaves_the_partition_it_adopted() -> None:
+    env = {"FEATURE_GATES": "DynamicMIG=true,ConsumableShares=true", "CONSUMABLE_SHARES": "2"}
+    async with DraNode("mig-dynamic", env=env) as node:
+        node.start_driver()
+        await node.wait_registered()
+        assert node.sim is not None
+        first = claim_pod("pod-a", "a")
+        share_partition(node, "a", "gpu-2-mig-3g40gb-9-4", first)
+        await node.sim.admit(first)
+        (held,) = live_migs(node, H100)
+        # b shares a's partition and wants one whose placement a's partition covers: NVML refuses that one
+        second = claim_pod("pod-b", "b")
+        share_partition(node, "b", "gpu-2-mig-3g40gb-9-4", second, "gpu-2-mig-1g10gb-19-5")
+        with pytest.raises(PrepareError) as refused:
+            await node.sim.admit(second)
+        assert "Insufficient Resources" in str(refused.value)
+        assert [m.uuid for m in live_migs(node, H100)] == [held.uuid]  # a's partition is not b's to undo
+
+
+async def test_a_lost_checkpoint_rebuilds_both_sharers_and_still_refuses_a_conflicting_third() -> None:
+    async with DraNode("t4-pcie") as node:
+        with_fake_smi(node)
+        args = shares("memory", "TimeSlicingSettings=true")
+        await started(node, *args)
+        assert node.sim is not None
+        uids = []
+        for name in ("a", "b"):
+            pod = claim_pod(f"pod-{name}", name)
+            uids.append(node.allocate(gpu0(name, "4Gi"), pod)["metadata"]["uid"])
+            await node.sim.admit(pod)
+        assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
+        for lost in ("checkpoint.json", "checkpoint.json.copy"):
+            (node.plugins / DRIVER / lost).unlink()
+
+        node.start_driver(*args)
+        await node.wait(
+            lambda: node.log().count("registered with the kubelet as DRA driver") == 2, "re-registration"
+        )
+        checkpoint = node.plugins / DRIVER / "checkpoint.json"
+        await node.wait(
+            lambda: checkpoint.exists() and all(u in checkpoint.read_text() for u in uids),
+            "both sharers rebuilt into the checkpoint",
+        )
+        third = claim_pod("pod-c", "c")
+        c = node.allocate(gpu0("c", "4Gi", config=[TIME_SLICED]), third)
+        with pytest.raises(PrepareError) as refused:
+            await node.sim.admit(third)
+        assert (
+            f"unable to prepare claim {c['metadata']['uid']}: requested device gpu-0 has conflicting "
+            "configuration with already prepared claim "
+        ) in str(refused.value)
+        for uid in uids:
+            assert kubegpu_env(node, uid)["KUBEGPU_CONSUMED_MEMORY_BYTES"] == str(4 * GIB)
+
+
+# ---- the README's claim ----------------------------------------------------------------------------------
+
+
+def readme_claim() -> dict[str, Any]:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = text.split("<!-- consumable-shares-claim -->", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    loaded = yaml.safe_load(block)
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+async def test_the_readme_claim_takes_10gi_of_a_shared_gpu() -> None:
+    async with DraNode("t4-pcie") as node:
+        await started(node, *shares("memory"))
+        assert node.sim is not None
+        pod = claim_pod("notebook", "gpu-10gi")
+        allocated = node.allocate(readme_claim(), pod)
+        assert result_of(allocated)["consumedCapacity"] == {"memory": "10Gi"}
+        await node.sim.admit(pod)
+        env = kubegpu_env(node, allocated["metadata"]["uid"])
+        assert env["KUBEGPU_CONSUMED_MEMORY_BYTES"] == str(10 * GIB)
