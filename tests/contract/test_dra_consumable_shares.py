@@ -115,6 +115,13 @@ async def test_every_gpu_is_published_for_several_claims_with_nvidias_request_po
             assert device["capacity"] == capacity, name
 
 
+async def test_one_share_is_published_in_a_shape_the_api_server_accepts() -> None:
+    async with DraNode("t4-pcie") as node:
+        await started(node, *shares("1"))  # NVIDIA's step 1 past max 1 would be refused by the API server
+        assert node.published()["gpu-0"]["capacity"]["shares"]["requestPolicy"] == {
+            "default": "1", "validRange": {"min": "1", "max": "1"}}  # fmt: skip
+
+
 async def test_shares_off_publishes_what_it_did_before() -> None:
     async with DraNode("t4-pcie") as node:
         await started(node, "--feature-gates", "ConsumableShares=true")  # the flag left at disabled

@@ -17,7 +17,7 @@ them: NVIDIA's shape lets a MIG device take one claim at a time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubegpu.common.quantity import value
@@ -45,23 +45,28 @@ def memory_policy(memory: int, mode: str | int) -> dict[str, Any]:
     request policy in `mode`."""
     whole = memory - memory % MIB
     every_byte = mode == MEMORY
+    lowest = MIB if every_byte else 0
     return {
         "value": binary_si(whole),
-        "requestPolicy": {
-            "default": binary_si(whole if every_byte else 0),
-            "validRange": {"min": binary_si(MIB if every_byte else 0), "max": binary_si(whole),
-                           "step": binary_si(MIB)},
-        },
+        "requestPolicy": {"default": binary_si(whole if every_byte else 0),
+                          "validRange": _valid_range(lowest, whole, MIB, binary_si)},
     }  # fmt: skip
 
 
 def shares_capacity(count: int) -> dict[str, Any]:
     """The `shares` capacity of integer mode: `count` shares, one by default."""
-    text = str(count)
-    return {
-        "value": text,
-        "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": text, "step": "1"}},
-    }
+    policy = {"default": "1", "validRange": _valid_range(1, count, 1, str)}
+    return {"value": str(count), "requestPolicy": policy}
+
+
+def _valid_range(lowest: int, highest: int, step: int, text: Callable[[int], str]) -> dict[str, str]:
+    """NVIDIA's validRange, without `step` when only one value is valid: the API server refuses a step that
+    goes past the capacity (`one step 2 is larger than capacity value: 1`), which NVIDIA's shape does for
+    `--consumable-shares 1` (and a device of 1Mi in memory mode)."""
+    out = {"min": text(lowest), "max": text(highest)}
+    if lowest + step <= highest:
+        out["step"] = text(step)
+    return out
 
 
 def shared_entry(device: Mapping[str, Any], mode: str | int) -> dict[str, Any]:
