@@ -16,14 +16,17 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from kubegpu.demo.dranode import DRIVER, NODE, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import PrepareError
 from kubegpu.node.nvml import fake_smi
 from kubegpu.resourceapi import reserved_status
+from kubegpu.toolkit.cli import explain
 from tests.contract.test_dra_dynamic_mig import H100, live_migs
 from tests.dra_objects import claim, request
+from tests.toolkit.test_explain_dra import node as node_object
 
 T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"
 ON_GPU0 = f'device.attributes["gpu.nvidia.com"].uuid == "{T4_GPU0}"'
@@ -87,6 +90,23 @@ async def started(node: DraNode, *args: str, devices: int = 4) -> None:
     node.start_driver(*args)
     await node.wait_registered()
     await node.wait_published(devices)
+
+
+def explained(node: DraNode, tmp_path: Path, pending: str) -> list[str]:
+    """`kubegpu explain` of a pod waiting for the claim `pending`, on a snapshot of what the driver published
+    and the claims the allocator wrote: the lines for the devices it cannot have."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting", "namespace": "default"},
+           "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": pending}],
+                    "containers": [{"name": "main", "image": "cuda",
+                                    "resources": {"claims": [{"name": "gpu"}]}}]},
+           "status": {"phase": "Pending"}}  # fmt: skip
+    items = [node_object(NODE), *node.slices(), *node.api.list("deviceclasses"),
+             *node.api.list("resourceclaims"), pod]  # fmt: skip
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    result = CliRunner().invoke(explain, ["default/waiting", "--snapshot", str(path), "--json"])
+    report = json.loads(result.output)
+    return [d for n in report["dra"]["nodes"] for r in n["requests"] for d in r["devices"]]
 
 
 # ---- the slices, as NVIDIA publishes them ---------------------------------------------------------------
@@ -157,7 +177,7 @@ async def test_static_and_dynamic_mig_devices_are_shared_too_and_counters_are_le
 # ---- claims sharing one GPU ------------------------------------------------------------------------------
 
 
-async def test_two_claims_share_a_gpu_by_memory_and_each_sees_what_it_consumed() -> None:
+async def test_two_claims_share_a_gpu_by_memory_and_each_sees_what_it_consumed(tmp_path: Path) -> None:
     async with DraNode("t4-pcie") as node:
         await started(node, *shares("memory"))
         assert node.sim is not None
@@ -183,12 +203,16 @@ async def test_two_claims_share_a_gpu_by_memory_and_each_sees_what_it_consumed()
             ]  # fmt: skip
         # 1Gi is left on gpu-0: a third claim for 2Gi of it is not allocated
         assert node.try_allocate(gpu0("more", "2Gi"), claim_pod("pod-more", "more")) is None
+        assert (
+            "gpu.nvidia.com/node-a/gpu-0: capacity (memory: 2Gi wanted, 1Gi left on the shared device "
+            "(default/infer 6Gi, default/train 8Gi))"
+        ) in explained(node, tmp_path, "more")
         await node.sim.terminate_pod("pod-train")
         assert not (node.cdi / f"k8s.gpu.nvidia.com-claim_{uids[0]}.json").exists()
         assert kubegpu_env(node, uids[1])["KUBEGPU_SHARE_ID"] == share_ids[1]
 
 
-async def test_in_integer_mode_n_claims_fit_and_the_next_does_not() -> None:
+async def test_in_integer_mode_n_claims_fit_and_the_next_does_not(tmp_path: Path) -> None:
     async with DraNode("t4-pcie") as node:
         await started(node, *shares("3"))
         assert node.sim is not None
@@ -201,6 +225,10 @@ async def test_in_integer_mode_n_claims_fit_and_the_next_does_not() -> None:
             assert (env["KUBEGPU_CONSUMED_SHARES"], env["KUBEGPU_DEVICE_SHARES"]) == ("1", "3")
             assert env["KUBEGPU_CONSUMED_MEMORY_BYTES"] == "0"
         assert node.try_allocate(gpu0("c3"), claim_pod("pod-3", "c3")) is None
+        assert (
+            "gpu.nvidia.com/node-a/gpu-0: capacity (shares: 1 wanted, 0 left on the shared device "
+            "(default/c0 1, default/c1 1, default/c2 1))"
+        ) in explained(node, tmp_path, "c3")
 
 
 async def test_a_claim_with_another_config_for_a_shared_gpu_is_refused_with_nvidias_text() -> None:
