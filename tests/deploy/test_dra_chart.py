@@ -447,3 +447,24 @@ def test_metrics_are_off_by_default_and_on_with_nvidias_env_names_and_a_port() -
 def test_the_schema_refuses_a_metrics_endpoint_the_driver_would_refuse(endpoint: str) -> None:
     with pytest.raises(HelmError, match="httpEndpoint"):
         render({"dra": {"enabled": True, "metrics": {"enabled": True, "httpEndpoint": endpoint}}})
+
+
+def test_consumable_shares_sets_the_env_and_grants_the_claim_status() -> None:
+    values = {"dra": {"enabled": True, "featureGates": {"ConsumableShares": True}, "consumableShares": 4}}
+    objs = render(values)
+    container = dra_ds(objs)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["FEATURE_GATES"], env["CONSUMABLE_SHARES"]) == ("ConsumableShares=true,", "4")
+    rules = by_kind(objs, "ClusterRole")["kubegpu-dra"]["rules"]
+    assert rules[2:4] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": ["gpu.nvidia.com"],
+            "verbs": ["associated-node:update", "associated-node:patch"],
+        },
+    ]
+    assert "CONSUMABLE_SHARES" not in {
+        e["name"] for e in dra_ds(render(ON))["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
