@@ -284,6 +284,30 @@ async def test_the_time_slice_stays_until_the_last_sharer_is_unprepared() -> Non
         ]
 
 
+async def test_a_gpu_prepared_whole_before_shares_were_on_is_not_shared() -> None:
+    async with DraNode("t4-pcie") as node:
+        await started(node)  # shares off: the claim holds gpu-0 whole
+        assert node.sim is not None
+        first = claim_pod("pod-a", "a")
+        a = node.allocate(gpu0("a"), first)
+        assert "shareID" not in result_of(a)
+        await node.sim.admit(first)
+        assert await node.stop_driver() == 0
+        await started(node, *shares("memory"))
+        # a scheduler that lost track of a's allocation hands b a share of gpu-0 anyway
+        second = claim_pod("pod-b", "b")
+        created = node.api.create("resourceclaims", gpu0("b"))
+        result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0",
+                  "shareID": str(uuid.uuid4()), "consumedCapacity": {"memory": "15Gi"}}  # fmt: skip
+        created["status"] = reserved_status({"devices": {"results": [result]}}, second.name, second.uid)
+        node.api.update("resourceclaims", created, status=True)
+        with pytest.raises(PrepareError) as refused:
+            await node.sim.admit(second)
+        assert f"device gpu-0 is already prepared for claim default/a ({a['metadata']['uid']})" in str(
+            refused.value
+        )
+
+
 # ---- restarts and a lost checkpoint ----------------------------------------------------------------------
 
 

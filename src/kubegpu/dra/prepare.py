@@ -350,7 +350,8 @@ class Preparer:
                 check_strategy(chosen, self.gates)  # NVIDIA's gates: MPS and time-slicing need theirs
         for result in claim.results:
             if not result.admin_access:
-                self._check_free(what, claim.uid, result.device, _summary(sharing.get(result.device)))
+                config = _summary(sharing.get(result.device))
+                self._check_free(what, claim.uid, result.device, config, result.share_id)
         if self.timeslicer is not None:  # before anything is recorded: a failure leaves nothing behind
             self.timeslicer.apply(claim.uid, [r.request for r in claim.results], picked, sharing)
         prepared = tuple(
@@ -360,6 +361,7 @@ class Preparer:
                 result.device,
                 (cdi_id(self.driver_name, claim.uid, result.device),),
                 result.admin_access,
+                result.share_id,
             )
             for result in claim.results
         )
@@ -400,13 +402,16 @@ class Preparer:
         summaries = {n: _summary(s) for n, s in sharing_of(claim, picked, self.driver_name).items()}
         return {name: summary for name, summary in summaries.items() if summary is not None}
 
-    def _check_free(self, what: str, uid: str, device: str, config: dict[str, Any] | None) -> None:
+    def _check_free(
+        self, what: str, uid: str, device: str, config: dict[str, Any] | None, share_id: str | None
+    ) -> None:
         """DeviceBusy when another claim holds `device`: prepared for it (checkpoint), or named by its
         CDI spec while the checkpoint that recorded it is lost (an orphan). With ConsumableShares, NVIDIA's
         rule: another claim may hold it when its config for the device (`config`: a checkpoint summary, None
-        without one) is the same; an orphan only once its config is known."""
+        without one) is the same; an orphan only once its config is known. Beyond NVIDIA, only shares share:
+        a device allocated whole (no shareID, e.g. before the mode was turned on) is never shared."""
         for other in self.checkpoint.holders(device, uid):
-            if self.shares is not None:
+            if self.shares is not None and share_id is not None and _shared(other, device):
                 if other.sharing.get(device) == config:
                     continue
                 raise DeviceBusy(conflict(uid, device, other.uid))
@@ -417,7 +422,7 @@ class Preparer:
         for other_uid, held in self.orphans.items():
             if other_uid != uid and device in held:
                 known = self.orphan_sharing.get(other_uid)
-                if self.shares is not None and known is not None:
+                if self.shares is not None and share_id is not None and known is not None:
                     if known.get(device) == config:
                         continue
                     raise DeviceBusy(conflict(uid, device, other_uid))
@@ -510,6 +515,11 @@ def _not_this_claim(ref: ClaimRef, known: PreparedClaim, outcome: str) -> Failur
         f"{ref.describe()}: UID {plain_id(ref.uid)} belongs to claim {known.namespace}/{known.name} on this "
         f"node, not to this one; {outcome}",
     )
+
+
+def _shared(claim: PreparedClaim, device: str) -> bool:
+    """Whether the claim holds `device` as a share (not whole)."""
+    return all(d.share_id is not None for d in claim.devices if d.device == device and not d.admin_access)
 
 
 def _summary(sharing: Sharing | None) -> dict[str, Any] | None:

@@ -75,6 +75,8 @@ def _learn_orphan_configs(preparer: Preparer, listed: dict[str, dict[str, Any]])
         meta = obj.get("metadata") or {}
         try:
             claim = preparer.reader.check(obj, str(meta.get("namespace")), str(meta.get("name")), uid)
+            if any(r.share_id is None and not r.admin_access for r in claim.results):
+                continue  # it holds a device whole: that one is never shared
             preparer.orphan_sharing[uid] = preparer.sharing_summary(claim)
         except (ClaimError, ConfigError):
             continue
