@@ -8,6 +8,7 @@ dra-nvidia-features.md §4) and kubegpu's documented env and status, written out
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import uuid
@@ -18,6 +19,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from kubegpu.apisim import ApiServerSim
 from kubegpu.demo.dranode import DRIVER, NODE, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import PrepareError
@@ -148,6 +150,24 @@ async def test_shares_off_publishes_what_it_did_before() -> None:
         device = node.published()["gpu-0"]
         assert "allowMultipleAllocations" not in device
         assert device["capacity"] == {"memory": {"value": "15Gi"}}
+
+
+async def test_a_server_without_consumable_capacity_gets_whole_devices_without_a_rewrite_loop() -> None:
+    node = DraNode("t4-pcie")
+    node.api = ApiServerSim(feature_gates={"DRAConsumableCapacity": False})  # 1.33, or 1.34 with it off
+    async with node:
+        await started(node, *shares("memory"))
+        await node.wait(lambda: "drops allowMultipleAllocations" in node.log(), "the warning")
+        await asyncio.sleep(6)  # more than the publisher's 5 s between rewrites of a slice it disagrees with
+
+        def writes() -> int:
+            calls = list(node.api.calls)
+            return sum(1 for c in calls if c.method in ("POST", "PUT") and "resourceslices" in c.path)
+
+        settled = writes()
+        await asyncio.sleep(6)
+        assert writes() == settled <= 3  # the first write, and one without the fields the server drops
+        assert node.published()["gpu-0"]["capacity"] == {"memory": {"value": "15Gi"}}
 
 
 async def test_static_and_dynamic_mig_devices_are_shared_too_and_counters_are_left_alone() -> None:

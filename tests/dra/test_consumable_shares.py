@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kubegpu.apisim.partitionable import device_fields, request_policy
 from kubegpu.common.quantity import value
 from kubegpu.dra.consumable_shares import conflict, shared_entries, shared_entry, shares_mode
+from kubegpu.dra.slice_sharing import SharingSupport
 from kubegpu.dra.slices import counters_entry, to_served
 from kubegpu.settings.dra_driver import driver_flags
 from kubegpu.settings.given import FlagValue
@@ -93,3 +94,16 @@ def test_any_memory_and_mode_give_a_shape_the_api_server_accepts(memory: int, mo
     published = value(entry["capacity"]["memory"]["value"])
     assert published % MIB == 0 and memory - MIB < published <= memory
     assert shared_entry(entry, mode) == entry  # shaping a published entry again changes nothing
+
+
+def test_a_server_that_drops_the_sharing_fields_gets_them_left_out() -> None:
+    support = SharingSupport()
+    sent = [shared_entry(gpu("16Gi"), 4)]
+    assert support.publishable(sent) == sent  # not known yet: sent as they are
+    dropped = {**gpu("16Gi"), "capacity": {"memory": {"value": "16Gi"}, "shares": {"value": "4"}}}
+    support.written(sent, [dropped])
+    assert support.served is False
+    assert support.publishable(sent) == [dropped]
+    kept = SharingSupport()
+    kept.written(sent, sent)
+    assert kept.served is True and kept.publishable(sent) == sent
