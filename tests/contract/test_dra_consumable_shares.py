@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from kubegpu.apisim import ApiServerSim
@@ -27,7 +26,9 @@ from kubegpu.node.nvml import fake_smi
 from kubegpu.resourceapi import reserved_status
 from kubegpu.toolkit.cli import explain
 from tests.contract.test_dra_dynamic_mig import H100, live_migs
+from tests.contract.test_dra_timeslicing import with_fake_smi
 from tests.dra_objects import claim, request
+from tests.readme_blocks import readme_yaml
 from tests.toolkit.test_explain_dra import node as node_object
 
 T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"
@@ -78,14 +79,6 @@ def kubegpu_env(node: DraNode, uid: str) -> dict[str, str]:
 def result_of(allocated: dict[str, Any]) -> dict[str, Any]:
     (result,) = allocated["status"]["allocation"]["devices"]["results"]
     return dict(result)
-
-
-def with_fake_smi(node: DraNode) -> Path:
-    root = node.root / "driver-root"
-    log = node.root / "nvidia-smi.log"
-    fake_smi.install(root, log)
-    node.extra_env["DRIVER_ROOT_CTR_PATH"] = str(root)
-    return log
 
 
 async def started(node: DraNode, *args: str, devices: int = 4) -> None:
@@ -331,6 +324,9 @@ async def test_a_gpu_prepared_whole_before_shares_were_on_is_not_shared() -> Non
 # ---- restarts and a lost checkpoint ----------------------------------------------------------------------
 
 
+PARTITIONS_SHARED = {"FEATURE_GATES": "DynamicMIG=true,ConsumableShares=true", "CONSUMABLE_SHARES": "2"}
+
+
 def share_partition(node: DraNode, name: str, device: str, pod: Any, *more: str) -> str:
     """A claim holding a share of a DynamicMIG partition (and of `more`, one request each), written as the
     scheduler writes one; its UID."""
@@ -352,8 +348,7 @@ def share_partition(node: DraNode, name: str, device: str, pod: Any, *more: str)
 
 
 async def test_a_shared_partition_survives_a_restart_and_the_first_sharer_leaving() -> None:
-    env = {"FEATURE_GATES": "DynamicMIG=true,ConsumableShares=true", "CONSUMABLE_SHARES": "2"}
-    async with DraNode("mig-dynamic", env=env) as node:
+    async with DraNode("mig-dynamic", env=PARTITIONS_SHARED) as node:
         node.start_driver()
         await node.wait_registered()
         assert node.sim is not None
@@ -376,8 +371,7 @@ async def test_a_shared_partition_survives_a_restart_and_the_first_sharer_leavin
 
 
 async def test_a_sharer_whose_prepare_fails_leaves_the_partition_it_adopted() -> None:
-    env = {"FEATURE_GATES": "DynamicMIG=true,ConsumableShares=true", "CONSUMABLE_SHARES": "2"}
-    async with DraNode("mig-dynamic", env=env) as node:
+    async with DraNode("mig-dynamic", env=PARTITIONS_SHARED) as node:
         node.start_driver()
         await node.wait_registered()
         assert node.sim is not None
@@ -433,20 +427,12 @@ async def test_a_lost_checkpoint_rebuilds_both_sharers_and_still_refuses_a_confl
 # ---- the README's claim ----------------------------------------------------------------------------------
 
 
-def readme_claim() -> dict[str, Any]:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = text.split("<!-- consumable-shares-claim -->", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
-    loaded = yaml.safe_load(block)
-    assert isinstance(loaded, dict)
-    return loaded
-
-
 async def test_the_readme_claim_takes_10gi_of_a_shared_gpu() -> None:
     async with DraNode("t4-pcie") as node:
         await started(node, *shares("memory"))
         assert node.sim is not None
         pod = claim_pod("notebook", "gpu-10gi")
-        allocated = node.allocate(readme_claim(), pod)
+        allocated = node.allocate(readme_yaml("consumable-shares-claim"), pod)
         assert result_of(allocated)["consumedCapacity"] == {"memory": "10Gi"}
         await node.sim.admit(pod)
         env = kubegpu_env(node, allocated["metadata"]["uid"])
