@@ -71,3 +71,19 @@ def test_a_claim_replaced_under_the_same_name_is_left_alone() -> None:
         writer = ClaimStatusWriter(KubeClient(ApiAccess(server=api.url)), lambda: "v1", 5.0)
         writer(AllocatedClaim("default", "c", "another-uid", (), ()), [entry("4Gi")])
         assert "devices" not in api.get("resourceclaims", "c")["status"]
+
+
+def test_the_claim_as_prepare_read_it_saves_a_read_and_a_stale_one_is_read_again() -> None:
+    with ApiServerSim() as api:
+        read = allocated(api)
+        uid = read["metadata"]["uid"]
+        writer = ClaimStatusWriter(KubeClient(ApiAccess(server=api.url)), lambda: "v1", 5.0)
+        writer(AllocatedClaim("default", "c", uid, (), (), obj=read), [entry("4Gi")])
+        assert [c.method for c in api.calls] == ["PUT"]  # no GET: Prepare's read was current
+        stale = api.get("resourceclaims", "c")
+        current = api.get("resourceclaims", "c")
+        current["status"]["devices"] = [THEIR_ENTRY, entry("4Gi")]
+        api.update("resourceclaims", current, status=True)  # someone writes after Prepare read it
+        writer(AllocatedClaim("default", "c", uid, (), (), obj=stale), [entry("6Gi")])
+        assert [c.method for c in api.calls][1:] == ["PUT", "GET", "PUT"]  # 409, read again, written
+        assert api.get("resourceclaims", "c")["status"]["devices"] == [THEIR_ENTRY, entry("6Gi")]

@@ -1,13 +1,15 @@
 """The claim's `status.devices[]` (AllocatedDeviceStatus) written for its shared allocations, so an operator
 sees on the claim what each one consumed of the device it shares (`dra.consumed.status_entry`).
 
-Read, change, write back through `resourceclaims/status` (PUT with the resourceVersion read): the entries
-of this driver for the same device and share are replaced, every other entry (other drivers', other
-devices') is kept; a conflict (someone wrote in between) reads again. Blocking: run it in a thread.
+The claim as Prepare read it (else as read now) is changed and written back through `resourceclaims/status`
+(PUT with its resourceVersion): this driver's entries for the same device and share are replaced, every
+other entry (other drivers', other devices') is kept; a conflict (someone wrote in between) reads it again.
+Blocking: run it in a thread.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -47,8 +49,10 @@ class ClaimStatusWriter:
             f"{quote(claim.name, safe='')}"
         )
         timeout = (min(5.0, self.timeout), self.timeout)
+        read = copy.deepcopy(claim.obj) if claim.obj is not None else None  # as Prepare read it
         for _ in range(ATTEMPTS):
-            obj = self.api.request("GET", path, timeout=timeout)
+            obj = read if read is not None else self.api.request("GET", path, timeout=timeout)
+            read = None
             if not isinstance(obj, dict) or (obj.get("metadata") or {}).get("uid") != claim.uid:
                 return  # gone, or replaced by a new claim of the same name: nothing of ours to show
             status = obj.setdefault("status", {})

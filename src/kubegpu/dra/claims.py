@@ -11,7 +11,7 @@ failure for the driver's counters."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -79,6 +79,8 @@ class AllocatedClaim:
     uid: str
     results: tuple[Result, ...]
     configs: tuple[dict[str, Any], ...]  # status.allocation.devices.config
+    # The object as read (its resourceVersion included): a status write starts from it (`claim_status`).
+    obj: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 class ClaimReader:
@@ -198,4 +200,4 @@ class ClaimReader:
         )
         if not results:
             raise ClaimError(f"{what} has no devices of driver {self.driver_name}")
-        return AllocatedClaim(namespace, name, uid, results, tuple(devices.get("config") or []))
+        return AllocatedClaim(namespace, name, uid, results, tuple(devices.get("config") or []), obj)
