@@ -353,19 +353,24 @@ async def test_a_shared_partition_survives_a_restart_and_the_first_sharer_leavin
         await node.wait_registered()
         assert node.sim is not None
         device = "gpu-2-mig-3g40gb-9-4"
+        uids = []
         for name in ("a", "b"):
             pod = claim_pod(f"pod-{name}", name)
-            share_partition(node, name, device, pod)
+            uids.append(share_partition(node, name, device, pod))
             await node.sim.admit(pod)
         (held,) = live_migs(node, H100)  # one MIG device, both claims on it
+        specs = [node.cdi / f"k8s.gpu.nvidia.com-claim_{uid}.json" for uid in uids]
+        written = [spec.read_text() for spec in specs]
         assert await node.stop_driver(signal.SIGKILL) == -signal.SIGKILL
         node.start_driver()
         await node.wait(
             lambda: node.log().count("registered with the kubelet as DRA driver") == 2, "re-registration"
         )
         assert "Found unexpected MIG device" not in node.log()
+        assert [spec.read_text() for spec in specs] == written  # both claims' CDI specs as they were
         await node.sim.terminate_pod("pod-a")
         assert [m.uuid for m in live_migs(node, H100)] == [held.uuid]
+        assert not specs[0].exists() and specs[1].exists()
         await node.sim.terminate_pod("pod-b")
         assert live_migs(node, H100) == []
 
