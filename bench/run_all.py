@@ -135,6 +135,7 @@ def main() -> int:
         "cli_help": ["--runs", "15"],
         "dra_bench": ["--rounds", "10", "--batch", "100"],
         "dra_big_calls": ["--samples", "40"],
+        "dra_shares_bench": ["--rounds", "10", "--batch", "25"],
         "dra_explain_bench": ["--nodes", "1000"],
         "dra_health_latency": ["--injections", "21"],
     }

@@ -32,6 +32,21 @@ def test_demo_runs_and_reports_what_it_shows() -> None:
     (cdi,) = dra["cdi_devices"]
     assert cdi.startswith("k8s.gpu.nvidia.com/claim=") and cdi.endswith("-gpu-0")
     assert dra["exit_code"] == 0
+    # ConsumableShares: two claims on one GPU by memory, each told its share, a third pending with the reason
+    sharing = results["sharing"]
+    assert {
+        k: (v["device"], v["consumed"], v["env_memory_bytes"]) for k, v in sharing.items() if k != "pending"
+    } == {
+        "train": ("gpu-1", "24Gi", 24 * 1024**3),
+        "serve": ("gpu-1", "12Gi", 12 * 1024**3),
+    }
+    (status,) = sharing["serve"]["status"]
+    assert (status["device"], status["data"]["consumedCapacity"]) == ("gpu-1", {"memory": "12Gi"})
+    assert sharing["pending"] == {
+        "claim": "batch",
+        "reason": "memory: 20Gi wanted, 4Gi left on the shared device "
+        "(default/serve 12Gi, default/train 24Gi)",
+    }
     # A time-sliced GPU split between two pods, each with its own memory and SM share; an idle holder.
     usage = results["usage"]
     assert usage["memory_bytes"] == {"train": 6 * 1024**3, "serve": 2 * 1024**3}
@@ -52,6 +67,7 @@ def test_demo_human_output_narrates_every_step() -> None:
         "Clean exit",
         "GPU use: a shared GPU split between two pods, and an idle holder",
         "DRA: the same GPUs through resource.k8s.io",
+        "DRA: one GPU shared by memory (ConsumableShares)",
     ):
         assert step in out.stdout
     assert "NVIDIA_VISIBLE_DEVICES=" in out.stdout

@@ -17,7 +17,6 @@ from typing import Any
 
 import pynvml
 import pytest
-import yaml
 
 from kubegpu.demo.dranode import DRIVER, NODE, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
@@ -28,6 +27,7 @@ from kubegpu.node.nvml.backend import NvmlBackend
 from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.resourceapi import reserved_status
 from tests.dra_objects import claim, request
+from tests.readme_blocks import readme_yaml
 
 GATE = {"FEATURE_GATES": "DynamicMIG=true"}
 H100 = 2  # index and minor of the H100 in the profile
@@ -207,14 +207,6 @@ MIG_CLASS = {
 }  # fmt: skip
 
 
-def readme_claim() -> dict[str, Any]:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = text.split("<!-- dynamic-mig-claim -->", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
-    loaded = yaml.safe_load(block)
-    assert isinstance(loaded, dict)
-    return loaded
-
-
 async def test_the_readme_claim_gets_a_1g_partition_made_on_demand() -> None:
     async with DraNode("mig-dynamic", env=GATE) as node:
         node.api.create("deviceclasses", MIG_CLASS, namespace="")
@@ -222,7 +214,7 @@ async def test_the_readme_claim_gets_a_1g_partition_made_on_demand() -> None:
         assert node.sim is not None
         await node.wait_published(4 * 25)
         pod = claim_pod("notebook", "mig-1g")
-        allocated = node.allocate(readme_claim(), pod)
+        allocated = node.allocate(readme_yaml("dynamic-mig-claim"), pod)
         (result,) = allocated["status"]["allocation"]["devices"]["results"]
         # the first match in name order: the A100 40GB's 1g.10gb (GI profile 15, two memory slices)
         assert result["device"] == "gpu-0-mig-1g10gb-15-0"

@@ -506,3 +506,24 @@ def test_helm_lint_strict_passes_with_mps(tmp_path: Path) -> None:
     values.write_text(yaml.safe_dump(MPS_ON))
     out = helm("lint", "--strict", CHART, "-n", NAMESPACE, *value_args((values,), ()), stdin="{}")
     assert "1 chart(s) linted, 0 chart(s) failed" in out and "[WARNING]" not in out, out
+
+
+def test_consumable_shares_sets_the_env_and_grants_the_claim_status() -> None:
+    values = {"dra": {"enabled": True, "featureGates": {"ConsumableShares": True}, "consumableShares": 4}}
+    objs = render(values)
+    container = dra_ds(objs)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["FEATURE_GATES"], env["CONSUMABLE_SHARES"]) == ("ConsumableShares=true,", "4")
+    rules = by_kind(objs, "ClusterRole")["kubegpu-dra"]["rules"]
+    assert rules[2:4] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": ["gpu.nvidia.com"],
+            "verbs": ["associated-node:update", "associated-node:patch"],
+        },
+    ]
+    assert "CONSUMABLE_SHARES" not in {
+        e["name"] for e in dra_ds(render(ON))["spec"]["template"]["spec"]["containers"][0]["env"]
+    }

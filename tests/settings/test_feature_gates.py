@@ -102,8 +102,7 @@ def test_nvidias_rules_between_gates(text: str, failure: str | None) -> None:
 
 @pytest.mark.parametrize(
     "gate",
-    ["PassthroughSupport", "DeviceMetadata", "DRAListTypeAttributes",
-     "FabricManagerPartitioning", "ConsumableShares"],
+    ["PassthroughSupport", "DeviceMetadata", "DRAListTypeAttributes", "FabricManagerPartitioning"],
 )  # fmt: skip
 def test_a_gate_not_implemented_yet_is_refused(gate: str) -> None:
     refusal = not_implemented(parse_feature_gates(f"{gate}=true"))
@@ -117,7 +116,7 @@ def test_a_gate_not_implemented_yet_is_refused(gate: str) -> None:
 @pytest.mark.parametrize(
     "gate",
     ["TimeSlicingSettings", "NVMLDeviceHealthCheck", "IMEXDaemonsWithDNSNames", "ComputeDomainCliques",
-     "CrashOnNVLinkFabricErrors", "HostManagedIMEXDaemon", "DynamicMIG", "MPSSupport"],
+     "CrashOnNVLinkFabricErrors", "HostManagedIMEXDaemon", "DynamicMIG", "MPSSupport", "ConsumableShares"],
 )  # fmt: skip
 def test_implemented_and_compute_domain_gates_are_accepted(gate: str) -> None:
     assert not_implemented(parse_feature_gates(f"{gate}=true")) is None
@@ -151,10 +150,6 @@ def flags(environ: dict[str, str], cli: dict[str, str] | None = None) -> DriverF
         ({"CONSUMABLE_SHARES": "Memory"},
          "invalid CLI flags: invalid value for --consumable-shares: \"Memory\" (must be 'disabled', "
          "'memory', 'unlimited', or a positive integer)"),
-        ({"FEATURE_GATES": "ConsumableShares=true", "CONSUMABLE_SHARES": "memory"},
-         "feature gate ConsumableShares is not implemented by kubegpu yet (`--consumable-shares` takes "
-         "effect: several claims on one GPU): set ConsumableShares=false in --feature-gates "
-         "(FEATURE_GATES), or run NVIDIA's driver for it"),
     ],
 )  # fmt: skip
 def test_the_driver_flags_refusals(environ: dict[str, str], error: str) -> None:
@@ -219,3 +214,10 @@ def test_the_flags_the_driver_acts_on() -> None:
     assert got.hook_path == "/usr/bin/nvidia-ctk"
     assert got.xids_to_ignore == frozenset({61, 62})
     assert got.gates["TimeSlicingSettings"]
+
+
+@pytest.mark.parametrize(("shares", "mode"), [("memory", "memory"), ("unlimited", "unlimited"), ("4", 4)])
+def test_consumable_shares_with_its_gate_is_taken(shares: str, mode: str | int) -> None:
+    got = flags({"FEATURE_GATES": "ConsumableShares=true", "CONSUMABLE_SHARES": shares})
+    assert got.consumable_shares == mode
+    assert got.gates["ConsumableShares"]

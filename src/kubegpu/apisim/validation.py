@@ -10,6 +10,7 @@ immutable spec; claim status: reservedFor (at most 256, unique, needs an allocat
 cannot change once set; DeviceClass selectors and config; a pod's `status.extendedResourceClaimStatus`
 (`pod_status`). Partitionable devices and consumable capacity
 (sharedCounters, consumesCounters, request policies, capacity requests, shareID) are in `partitionable`,
+a driver's `status.devices` in `device_status`,
 the name rules (DNS labels and subdomains, driver names, qualified IDs) and their texts in `names`.
 Not modelled: everything else (e.g. opaque config
 size, node selectors' syntax, admin access namespaces).
@@ -27,6 +28,7 @@ from kubegpu.common import quantity
 from kubegpu.common.k8s_names import is_dns1123_subdomain, is_qualified_name
 
 from .deployments import deployment_errors
+from .device_status import device_statuses
 from .errors import FieldError
 from .kinds import (
     DEPLOYMENTS,
@@ -369,4 +371,4 @@ def _claim_status(status: Mapping[str, Any], old: Mapping[str, Any]) -> list[Fie
         errors.append(FieldError.invalid("status.allocation", after, "field is immutable"))
     elif after and not before:
         errors += allocation_results(status)
-    return errors
+    return errors + device_statuses(status)

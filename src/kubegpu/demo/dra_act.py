@@ -1,6 +1,7 @@
 """The demo's DRA act: `kubegpu dra` on the same simulated node registers with the kubelet's plugin watcher,
 publishes its GPUs as ResourceSlices, and prepares a claim the scheduler (the structured allocator) gave
-a GPU: the container gets the CDI ID of a per-claim CDI spec."""
+a GPU: the container gets the CDI ID of a per-claim CDI spec. The driver shares GPUs by memory
+(ConsumableShares), which the sharing act shows."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from rich.text import Text
 
 from kubegpu.demo.dranode import DRIVER, SimulatedDraNode, claim_pod
+from kubegpu.demo.sharing_act import SHARES_FLAGS, sharing_act
 from kubegpu.kubeletsim import PrepareError
 
 CLAIM = {
@@ -23,7 +25,7 @@ CLAIM = {
 async def dra_act(node: SimulatedDraNode, say: Any, results: dict[str, Any]) -> None:
     """The act, on a node whose driver the demo started early (its start-up overlaps the plugin's acts)."""
     say.section("DRA: the same GPUs through resource.k8s.io")
-    say.command(f"kubegpu dra --node-name node-a   # driver {DRIVER}, NVIDIA's DRA driver flags")
+    say.command(f"kubegpu dra --node-name node-a {' '.join(SHARES_FLAGS)}   # driver {DRIVER}")
     await node.wait_registered()
     assert node.sim is not None
     plugin = node.sim.dra_plugins(DRIVER)[0]
@@ -57,4 +59,5 @@ async def dra_act(node: SimulatedDraNode, say: Any, results: dict[str, Any]) -> 
         say.say(Text(f"spec written: {node.cdi.name}/k8s.gpu.nvidia.com-claim_{uid}.json", style="dim"))
         await node.sim.terminate_pod("dra-pod")
         say.say("pod gone: the claim is unprepared and its CDI spec removed")
+    await sharing_act(node, say, results)
     results["dra"]["exit_code"] = await node.stop_driver(signal.SIGTERM)

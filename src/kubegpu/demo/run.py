@@ -29,6 +29,7 @@ from kubegpu.api.v1beta1 import api_pb2
 from kubegpu.common import output
 from kubegpu.demo.dra_act import dra_act
 from kubegpu.demo.dranode import SimulatedDraNode
+from kubegpu.demo.sharing_act import SHARES_FLAGS
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.demo.usage_act import usage_act, usage_node
 from kubegpu.kubeletsim import Container, EventKind, Pod, SimEvent
@@ -149,7 +150,8 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         xid_gpu = min(PREFERRED_XID_GPU, len(inventory.gpus) - 1)
         demo = _Demo(profile, node, inventory, say, results, xid_gpu=xid_gpu)
         await demo.start()
-        dra_node.start_driver()  # once the plugin is up: its start-up overlaps the waits of the next acts
+        # once the plugin is up: its start-up overlaps the waits of the next acts
+        dra_node.start_driver(*SHARES_FLAGS)
         await demo.allocate()
         await demo.xid()
         await demo.kubelet_restart()

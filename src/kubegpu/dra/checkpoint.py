@@ -46,6 +46,7 @@ class PreparedDevice:
     device: str
     cdi_ids: tuple[str, ...]
     admin_access: bool = False  # may share the device with the claim that uses it (DRAAdminAccess)
+    share_id: str | None = None  # one share of a device several claims hold (ConsumableShares); None: whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class PreparedClaim:
                 d["device"],
                 tuple(d["cdi_ids"]),
                 bool(d.get("admin_access", False)),
+                d.get("share_id") or None,
             )
             for d in raw.get("devices", [])
         )

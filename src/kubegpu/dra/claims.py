@@ -11,7 +11,7 @@ failure for the driver's counters."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -63,6 +63,8 @@ class Result:
     pool: str
     device: str
     admin_access: bool = False
+    share_id: str | None = None  # one allocation of a device several claims share (ConsumableShares)
+    consumed: tuple[tuple[str, str], ...] = ()  # its consumedCapacity: (capacity name, quantity text)
 
     @property
     def request_name(self) -> str:
@@ -77,6 +79,8 @@ class AllocatedClaim:
     uid: str
     results: tuple[Result, ...]
     configs: tuple[dict[str, Any], ...]  # status.allocation.devices.config
+    # The object as read (its resourceVersion included): a status write starts from it (`claim_status`).
+    obj: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 class ClaimReader:
@@ -188,10 +192,12 @@ class ClaimReader:
                 str(r.get("pool", "")),
                 str(r.get("device", "")),
                 bool(r.get("adminAccess")),
+                str(r["shareID"]) if r.get("shareID") else None,
+                tuple((str(k), str(v)) for k, v in sorted((r.get("consumedCapacity") or {}).items())),
             )
             for r in devices.get("results") or []
             if r.get("driver") == self.driver_name
         )
         if not results:
             raise ClaimError(f"{what} has no devices of driver {self.driver_name}")
-        return AllocatedClaim(namespace, name, uid, results, tuple(devices.get("config") or []))
+        return AllocatedClaim(namespace, name, uid, results, tuple(devices.get("config") or []), obj)

@@ -30,7 +30,9 @@ from kubegpu.allocation.resources import parse_mig_minors
 from kubegpu.common.backoff import Backoff
 from kubegpu.dra.checkpoint import Checkpoint, read_boot_id
 from kubegpu.dra.claim_cdi import ClaimSpecs
+from kubegpu.dra.claim_status import ClaimStatusWriter
 from kubegpu.dra.claims import ClaimReader
+from kubegpu.dra.consumable_shares import shared_entries, shares_mode
 from kubegpu.dra.devices import DraDevice, device_entries, device_table, health_taint
 from kubegpu.dra.dynamic_mig import DynamicMig, dynamic_mig_enabled, read_tables
 from kubegpu.dra.events import DriverEvents, NoMetrics
@@ -148,6 +150,10 @@ class DraDaemon:
             self.events.devices(collections.Counter(HEALTH_NAMES[r.health] for r in reports))
 
     def entries(self) -> list[dict[str, Any]]:
+        """What is published, with ConsumableShares' allowMultipleAllocations and request policies."""
+        return shared_entries(self._entries(), shares_mode(self.settings.driver))
+
+    def _entries(self) -> list[dict[str, Any]]:
         if self.dynamic_mig is not None:  # DynamicMIG: partitions and counter sets on partitioned GPUs
             inventory, table = self.devices()
             selected = [g.uuid for g in inventory.gpus if self.settings.selection.includes(g)]
@@ -217,7 +223,12 @@ class DraDaemon:
                 devices=self.devices,
                 gates=s.driver.gates,
                 timeslicer=time_slicer(s.driver),
+                shares=shares_mode(s.driver),
             )
+            if preparer.shares is not None:  # what shared allocations consumed, shown on their claims
+                preparer.status_writer = ClaimStatusWriter(
+                    self.api, lambda: reader.version or "v1", s.api_timeout
+                )
             preparer.confirm = lambda: rebuild(preparer)  # a Prepare after a lost checkpoint asks first
             preparer.on_unprepared = self._changed.set  # a lost device its claim held is published no more
             await preparer.recover()  # the specs the checkpoint does not name hold their devices

@@ -4,8 +4,9 @@
   into the devices and counters that are published).
 - `DynamicMig.create` makes the GPU instance at the placement the device's name encodes and the compute
   instance spanning it, and returns the MIG device (for its CDI entry). A live MIG device of that name is
-  adopted instead: the same claim prepared again after its checkpoint entry was lost (Prepare has already
-  refused a device another claim holds). Errors carry NVIDIA's texts.
+  adopted instead: the same claim prepared again after its checkpoint entry was lost, or a claim sharing the
+  partition with ConsumableShares (Prepare has already refused a device another claim may not share); a
+  failed Prepare destroys only what it created. Errors carry NVIDIA's texts.
 - `DynamicMig.destroy` finds the MIG device by its name (parent minor, GPU instance profile ID, placement
   start: what NVIDIA's checkpoint would record is read back from the GPU, so nothing is lost with the
   checkpoint) and destroys compute then GPU instance. Gone already is success.
@@ -185,8 +186,9 @@ class DynamicMig:
                 if not device.dynamic:
                     out.append(device)
                     continue
-                ready = self.create(device)
-                made.append(ready)
+                ready, created = self._create(device)
+                if created:  # one adopted (another claim shares it) is not this call's to undo
+                    made.append(ready)
                 out.append(ready)
         except MigError as err:
             for device in made:
@@ -202,6 +204,10 @@ class DynamicMig:
 
     def create(self, device: DraDevice) -> DraDevice:
         """The device with its MIG device, created (or adopted when it is live already)."""
+        return self._create(device)[0]
+
+    def _create(self, device: DraDevice) -> tuple[DraDevice, bool]:
+        """`create`, and whether the MIG device was created now (False: adopted)."""
         partition = self.partition(device)
         live = {m.name: m for m in self.live([partition.gpu])}
         if partition.name in live:
@@ -210,7 +216,7 @@ class DynamicMig:
                 partition.name,
                 live[partition.name].device.uuid,
             )
-            return DraDevice(device.name, device.gpu, live[partition.name].device, dynamic=True)
+            return DraDevice(device.name, device.gpu, live[partition.name].device, dynamic=True), False
         api, profile = self.api, partition.profile
         try:
             handle = api.nvmlDeviceGetHandleByUUID(partition.gpu.uuid)
@@ -239,7 +245,7 @@ class DynamicMig:
         for found in self.live([partition.gpu]):
             if (found.device.gi, found.device.ci) == (gi_id, ci_id):
                 log.info("created MIG device %s (%s)", partition.name, found.device.uuid)
-                return DraDevice(device.name, device.gpu, found.device, dynamic=True)
+                return DraDevice(device.name, device.gpu, found.device, dynamic=True), True
         raise MigError(f"error creating MIG device: '{partition.name}' was created but NVML does not list it")
 
     # ---- what exists ---------------------------------------------------------------------------------

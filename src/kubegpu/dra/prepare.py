@@ -16,6 +16,10 @@
 - The driver is the last line of defence: a device prepared for another claim is refused unless one of the
   two has admin access, and so is a device named by a CDI spec on disk that no checkpoint entry accounts
   for (an orphan: the checkpoint was lost) until the claim is matched with the API server (`rebuild`).
+  With ConsumableShares (`shares`), NVIDIA's rule instead: claims may share a device when their configs
+  for it are the same, MPS is refused, and Unprepare leaves a device's time slice and partition to the
+  claims that still use it. What a shared allocation consumed goes to the workload's env and the claim's
+  status (`dra.consumed`).
 """
 
 from __future__ import annotations
@@ -26,17 +30,19 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubegpu.common.quoting import plain_id
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
 from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
-from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
+from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader, Result
+from kubegpu.dra.consumable_shares import MPS_WITH_SHARES, conflict
+from kubegpu.dra.consumed import Consumed, consumed_by, per_device, status_entry
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
-from kubegpu.dra.gpuconfig import ConfigError, Sharing, sharing_of
+from kubegpu.dra.gpuconfig import MPS, ConfigError, Sharing, sharing_of
 from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, daemon_specs, held_daemons
 from kubegpu.dra.mps_deployment import DaemonSpec
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
@@ -49,6 +55,8 @@ log = logging.getLogger(__name__)
 
 READ_THREADS = 8  # API reads in flight, all calls together (within the client's pool of 5 per CPU)
 READS_PER_CALL = 2  # so that one call with many claims leaves threads for the others
+
+StatusWriter = Callable[[AllocatedClaim, list[dict[str, Any]]], None]
 
 
 class DeviceBusy(ClaimError):
@@ -79,6 +87,7 @@ class _Staged:
     summary: dict[str, Any]
     sharing: dict[str, Sharing | None]
     daemons: tuple[DaemonSpec, ...] = ()
+    consumed: list[tuple[Result, Consumed]] = field(default_factory=list)
 
 
 class Preparer:
@@ -94,6 +103,7 @@ class Preparer:
         devices: Callable[[], tuple[Inventory, dict[str, DraDevice]]],
         gates: FeatureGates = DEFAULT_GATES,
         timeslicer: TimeSlicer | None = None,
+        shares: str | int | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -104,10 +114,17 @@ class Preparer:
         self.devices = devices
         self.gates = gates
         self.timeslicer = timeslicer  # TimeSlicingSettings on: time slices set and reset with nvidia-smi
+        self.shares = shares  # ConsumableShares' mode (consumable_shares.shares_mode), None when off
+        # Shared allocations' status.devices entries to write once the lock is free (`write_statuses`).
+        self.status_writer: StatusWriter | None = None
+        self._statuses: dict[str, tuple[AllocatedClaim, list[dict[str, Any]]]] = {}
         self.failures = FailureCounts()
         # Specs on disk that no checkpoint entry names, by claim UID, with the devices each names: claims
         # prepared before the checkpoint was lost. Their devices stay held until `rebuild` settles them.
         self.orphans: dict[str, tuple[str, ...]] = {}
+        # With shares: an orphan's configs by device (checkpoint summaries), once the API server told them
+        # (`rebuild`); an orphan whose configs are known shares its devices by NVIDIA's rule.
+        self.orphan_sharing: dict[str, dict[str, Any]] = {}
         self.orphans_found = asyncio.Event()  # set when there is something to rebuild (`rebuild_forever`)
         # Why the claims prepared here must be rebuilt from the API server (`events.REBUILD_REASONS`), until
         # it answered once: the checkpoint is unreadable or missing (a spec may be lost with it, so only the
@@ -216,6 +233,26 @@ class Preparer:
             for ref in unread:  # another call may have prepared it meanwhile: look again
                 if not self._answered_from_checkpoint(ref, out):
                     out[ref.uid] = await self._prepare_read(ref, read[ref.uid])
+        await self.write_statuses()
+
+    async def write_statuses(self) -> None:
+        """Write the status.devices entries of the shared allocations prepared since the last time, with the
+        lock free and within the reader's timeout; a failure is logged, never the claim's: the status only
+        shows what the driver did."""
+        pending, self._statuses = self._statuses, {}
+        if self.status_writer is None or not pending:
+            return
+        loop = asyncio.get_running_loop()
+        writer = self.status_writer
+        tasks = [loop.run_in_executor(self._reads, writer, c, e) for c, e in pending.values()]
+        done, late = await asyncio.wait(tasks, timeout=self.reader.timeout)
+        for task in late:
+            task.cancel()
+        for task in done:
+            if task.exception() is not None:
+                log.warning("cannot write a claim's status.devices: %s", task.exception())
+        if late:
+            log.warning("%d claim status write(s) did not finish within %g s", len(late), self.reader.timeout)
 
     async def _confirmed(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> bool:
         """After a lost checkpoint, rebuild first; False (each claim refused, the kubelet retries) while the
@@ -335,13 +372,17 @@ class Preparer:
                     f"{what}: device {result.device} is not published by this node (it publishes "
                     f"{', '.join(table) or 'no devices'})"
                 )
-            if not result.admin_access:
-                self._check_free(what, claim.uid, result.device)
             picked.append(device)
         sharing = sharing_of(claim, picked, self.driver_name)
         for chosen in sharing.values():
             if chosen is not None:
+                if self.shares is not None and chosen.strategy == MPS:
+                    raise ConfigError(MPS_WITH_SHARES)
                 check_strategy(chosen, self.gates)  # NVIDIA's gates: MPS and time-slicing need theirs
+        for result in claim.results:
+            if not result.admin_access:
+                config = _summary(sharing.get(result.device))
+                self._check_free(what, claim.uid, result.device, config, result.share_id)
         if self.timeslicer is not None:  # before anything is recorded: a failure leaves nothing behind
             self.timeslicer.apply(claim.uid, [r.request for r in claim.results], picked, sharing)
         prepared = tuple(
@@ -351,6 +392,7 @@ class Preparer:
                 result.device,
                 (cdi_id(self.driver_name, claim.uid, result.device),),
                 result.admin_access,
+                result.share_id,
             )
             for result in claim.results
         )
@@ -363,23 +405,33 @@ class Preparer:
         started = PreparedClaim(claim.uid, claim.namespace, claim.name, STARTED, prepared, summary)
         if self.partitions is not None:  # DynamicMIG: its MIG devices created (a crash leaves them unheld)
             unique = self.partitions.prepare(what, unique)
+        consumed = consumed_by(claim.results, {d.name: d for d in unique}, self.shares)
         self.checkpoint.put(started)
         if self.mps is not None:
             for daemon in daemons:
                 self.mps.start(daemon)
-        return _Staged(claim, what, inventory, unique, prepared, summary, sharing, tuple(daemons))
+        return _Staged(claim, what, inventory, unique, prepared, summary, sharing, tuple(daemons), consumed)
 
     def _complete(self, staged: _Staged) -> Outcome:
         claim, what, prepared, summary = staged.claim, staged.what, staged.prepared, staged.summary
-        edits = {}
+        consumed = staged.consumed
+        edits: dict[str, dict[str, list[Any]]] = {
+            name: {"env": list(c.env())} for name, c in per_device(consumed).items()
+        }
         if self.mps is not None:
             for daemon in staged.daemons:
-                edits.update(dict.fromkeys(daemon.devices, self.mps.cdi_edits(daemon.id)))
+                for name in daemon.devices:
+                    for key, more in self.mps.cdi_edits(daemon.id).items():
+                        edits.setdefault(name, {}).setdefault(key, []).extend(more)
         self.specs.write(claim.uid, staged.devices, staged.inventory, staged.sharing, edits)
         self.checkpoint.put(
             PreparedClaim(claim.uid, claim.namespace, claim.name, COMPLETED, prepared, summary)
         )
         self.orphans.pop(claim.uid, None)
+        self.orphan_sharing.pop(claim.uid, None)
+        if consumed:
+            entries = [status_entry(self.driver_name, r.pool, r.device, c) for r, c in consumed]
+            self._statuses[claim.uid] = (claim, entries)
         log.info(
             "prepared %s (%s): %s",
             what,
@@ -390,16 +442,39 @@ class Preparer:
             log.info("%s: device %s shared by %s", what, name, config)
         return Outcome(prepared)
 
-    def _check_free(self, what: str, uid: str, device: str) -> None:
+    def sharing_summary(self, claim: AllocatedClaim) -> dict[str, Any]:
+        """The claim's configs by device, as its checkpoint entry records them; ConfigError."""
+        _, table = self.devices()
+        picked = [table[r.device] for r in claim.results if r.device in table]
+        if len(picked) != len(claim.results):
+            raise ConfigError(f"claim {claim.namespace}/{claim.name}: a device is not published here")
+        summaries = {n: _summary(s) for n, s in sharing_of(claim, picked, self.driver_name).items()}
+        return {name: summary for name, summary in summaries.items() if summary is not None}
+
+    def _check_free(
+        self, what: str, uid: str, device: str, config: dict[str, Any] | None, share_id: str | None
+    ) -> None:
         """DeviceBusy when another claim holds `device`: prepared for it (checkpoint), or named by its
-        CDI spec while the checkpoint that recorded it is lost (an orphan)."""
+        CDI spec while the checkpoint that recorded it is lost (an orphan). With ConsumableShares, NVIDIA's
+        rule: another claim may hold it when its config for the device (`config`: a checkpoint summary, None
+        without one) is the same; an orphan only once its config is known. Beyond NVIDIA, only shares share:
+        a device allocated whole (no shareID, e.g. before the mode was turned on) is never shared."""
         for other in self.checkpoint.holders(device, uid):
+            if self.shares is not None and share_id is not None and _shared(other, device):
+                if other.sharing.get(device) == config:
+                    continue
+                raise DeviceBusy(conflict(uid, device, other.uid))
             raise DeviceBusy(
                 f"{what}: device {device} is already prepared for claim {other.namespace}/{other.name} "
                 f"({other.uid})"
             )
         for other_uid, held in self.orphans.items():
             if other_uid != uid and device in held:
+                known = self.orphan_sharing.get(other_uid)
+                if self.shares is not None and share_id is not None and known is not None:
+                    if known.get(device) == config:
+                        continue
+                    raise DeviceBusy(conflict(uid, device, other_uid))
                 raise DeviceBusy(
                     f"{what}: device {device} may be in use by claim {other_uid}: its CDI spec is on disk "
                     f"but the checkpoint entry is lost and the API server has not yet confirmed the claim; "
@@ -435,16 +510,19 @@ class Preparer:
         if known is None and not orphan:
             log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
             return None
+        # With shares, what another claim still uses keeps its time slice and partition (NVIDIA's rule).
+        shared = self._used_by_others(ref.uid) if self.shares is not None else set()
         try:
             if self.timeslicer is not None and known is not None:
-                self.timeslicer.reset(ref.uid, time_sliced_uuids(known.sharing, self.devices()[1]))
+                sliced = {name: s for name, s in known.sharing.items() if name not in shared}
+                self.timeslicer.reset(ref.uid, time_sliced_uuids(sliced, self.devices()[1]))
             if self.mps is not None:  # its daemons: from the checkpoint, or their directories (an orphan)
                 daemons = held_daemons([known.sharing]) if known else set()
                 for daemon in sorted(daemons | self.mps.of_claim(ref.uid)):
                     self.mps.stop(daemon)
             if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
                 held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
-                self.partitions.destroy(held, self.devices()[0])
+                self.partitions.destroy([d for d in held if d not in shared], self.devices()[0])
             self.specs.remove(ref.uid)
             self.checkpoint.remove(ref.uid)
         except TimeSliceError as err:
@@ -456,6 +534,11 @@ class Preparer:
             log.error("%s", message)
             return Failure("io", message)
         self.orphans.pop(ref.uid, None)
+        self.orphan_sharing.pop(ref.uid, None)
+        if shared:
+            mine = {d.device for d in known.devices} if known else set(self.orphans.get(ref.uid, ()))
+            for device in sorted(mine & shared):
+                log.info("%s: device %s is still used by another claim: kept", ref.describe(), device)
         log.info(
             "unprepared %s (%s)%s",
             ref.describe(),
@@ -464,10 +547,17 @@ class Preparer:
         )
         return None
 
+    def _used_by_others(self, uid: str) -> set[str]:
+        """The devices a claim other than `uid` holds: prepared (checkpoint) or named by an orphan's spec."""
+        held = {d.device for c in self.checkpoint.claims.values() if c.uid != uid for d in c.devices}
+        held.update(d for other, devices in self.orphans.items() if other != uid for d in devices)
+        return held
+
     def forget_orphan(self, uid: str, why: str) -> None:
         """Remove an orphan's spec: the API server says its claim is not (any more) prepared here."""
         self.specs.remove(uid)
         self.orphans.pop(uid, None)
+        self.orphan_sharing.pop(uid, None)
         self.settled["removed"] += 1
         log.info("removed the CDI spec of claim %s, prepared before the checkpoint was lost: %s", uid, why)
 
@@ -478,3 +568,12 @@ def _not_this_claim(ref: ClaimRef, known: PreparedClaim, outcome: str) -> Failur
         f"{ref.describe()}: UID {plain_id(ref.uid)} belongs to claim {known.namespace}/{known.name} on this "
         f"node, not to this one; {outcome}",
     )
+
+
+def _shared(claim: PreparedClaim, device: str) -> bool:
+    """Whether the claim holds `device` as a share (not whole)."""
+    return all(d.share_id is not None for d in claim.devices if d.device == device and not d.admin_access)
+
+
+def _summary(sharing: Sharing | None) -> dict[str, Any] | None:
+    return None if sharing is None else sharing.summary()

@@ -16,6 +16,7 @@ What `k8s.io/dynamic-resource-allocation/resourceslice`'s controller does for a 
 - a 404 makes it ask again which version the server serves (a downgrade removes v1);
 - device taints are published when the server keeps them (checked once with a dry-run create before the
   first tainted device goes out); elsewhere a tainted device is left out of the slice (`slice_taints`);
+- ConsumableShares' fields are left out once a write comes back without them (`slice_sharing`);
 - every failure is logged in one line (at most one every 30 s, with a count of the rest) and retried after
   a back-off capped at a second (a 429's Retry-After is honoured up to 10 s), so a pool deleted during an
   outage is back within about a second of the API server answering again.
@@ -45,6 +46,7 @@ from kubegpu.dra.api_errors import ApiStatusError
 from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.slice_api import HTTP_CONFLICT, HTTP_NOT_FOUND, SliceApi, describe
 from kubegpu.dra.slice_cache import SliceCache
+from kubegpu.dra.slice_sharing import SharingSupport
 from kubegpu.dra.slice_taints import TaintSupport
 from kubegpu.dra.slice_watch import FAILURE_LOG_INTERVAL_S, RETRIED, SliceWatch, outage_backoff, retry_delay
 from kubegpu.dra.slices import Device
@@ -87,6 +89,7 @@ class SlicePublisher:
         self.version: str | None = None  # the resource.k8s.io version in use
         self._rediscover = False
         self._taints = TaintSupport()
+        self._sharing = SharingSupport()
         self._node_uid: str | None = None
         self._slices = SliceCache()
         self._last_chunks: list[list[Device]] | None = None  # what the last write published
@@ -231,7 +234,7 @@ class SlicePublisher:
                 self._taints.served = True
             else:
                 self._taints.dropped()
-        return self._taints.publishable(devices)
+        return self._sharing.publishable(self._taints.publishable(devices))
 
     def _probe_taints(self, devices: list[Device]) -> bool:
         """A dry-run create with one tainted device: does the server keep its taints?"""
@@ -311,6 +314,7 @@ class SlicePublisher:
 
     def _wrote(self, obj: dict[str, Any], devices: list[Device]) -> None:
         self._taints.written(devices, slices.devices_of(obj, self._v))
+        self._sharing.written(devices, slices.devices_of(obj, self._v))
         self._call_in_loop(self._slices.wrote, obj)
 
     # ---- what the watch reports (loop thread) ---------------------------------------------------------

@@ -46,6 +46,8 @@ async def rebuild(preparer: Preparer) -> int:
     listed = await asyncio.to_thread(preparer.reader.on_node, preparer.node_name)
     settled = 0
     async with preparer.locked():
+        if preparer.shares is not None:  # orphans that share a device: NVIDIA's rule needs their configs
+            _learn_orphan_configs(preparer, listed)
         for uid in list(preparer.orphans):
             settled += _settle_orphan(preparer, uid, listed.get(uid))
         if preparer.lost in ("missing", "unreadable"):
@@ -59,7 +61,25 @@ async def rebuild(preparer: Preparer) -> int:
         preparer.released.clear()
     if settled:
         preparer.rebuilding(reason or "other")
+    await preparer.write_statuses()
     return settled
+
+
+def _learn_orphan_configs(preparer: Preparer, listed: dict[str, dict[str, Any]]) -> None:
+    """Each orphan's configs by device, from its claim as the API server has it: an orphan may then share
+    its devices with a claim of the same config (one whose config cannot be read keeps them to itself)."""
+    for uid in preparer.orphans:
+        obj = listed.get(uid)
+        if obj is None:
+            continue
+        meta = obj.get("metadata") or {}
+        try:
+            claim = preparer.reader.check(obj, str(meta.get("namespace")), str(meta.get("name")), uid)
+            if any(r.share_id is None and not r.admin_access for r in claim.results):
+                continue  # it holds a device whole: that one is never shared
+            preparer.orphan_sharing[uid] = preparer.sharing_summary(claim)
+        except (ClaimError, ConfigError):
+            continue
 
 
 def _settle_orphan(preparer: Preparer, uid: str, obj: dict[str, Any] | None) -> int:

@@ -66,8 +66,9 @@ GATES: tuple[Gate, ...] = (
          "NVSwitch partitions activated at Prepare"),
     Gate("HostManagedIMEXDaemon", False, "Alpha", "0.5", "compute-domain", True,
          "ComputeDomain driver only; accepted, no effect on GPUs (as in NVIDIA's GPU plugin)"),
-    Gate("ConsumableShares", False, "Alpha", "0.5", "gpu", False,
-         "`--consumable-shares` takes effect: several claims on one GPU"),
+    Gate("ConsumableShares", False, "Alpha", "0.5", "gpu", True,
+         "`--consumable-shares` takes effect: several claims on one device, NVIDIA's request policies; "
+         "what each consumed in its env and status"),
     # component-base's logging gates, on the same flag
     Gate("ContextualLogging", True, "Beta", "", "logging", True, _LOGGING),
     Gate("LoggingAlphaOptions", False, "Alpha", "", "logging", True, _LOGGING),

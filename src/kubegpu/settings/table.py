@@ -410,8 +410,8 @@ SETTINGS: tuple[Setting, ...] = (
             "not implement yet is refused at start.",
             "nvidia", (DRA,)),
     Setting("consumable-shares", ("CONSUMABLE_SHARES",), "disabled", "str",
-            "disabled, memory, unlimited or a positive integer; anything but disabled needs the "
-            "ConsumableShares gate.",
+            "disabled, memory, unlimited or a positive integer: how claims share a device (NVIDIA's "
+            "request policy on `memory`, N `shares`); anything but disabled needs the ConsumableShares gate.",
             "nvidia", (DRA,)),
     Setting("nvidia-driver-root", ("NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"), "/", "str",
             "Root of the driver installation on the host: the host paths of the CDI specs' files.",
