@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,11 +73,16 @@ def _rfc1123(name: str) -> str:
     return name.removesuffix(".")[:253]
 
 
-def device_table(inventory: Inventory, selection: GpuSelection) -> dict[str, DraDevice]:
-    """The devices this node publishes, by name, in slice order (GPUs by minor, MIG devices by name)."""
+def device_table(
+    inventory: Inventory, selection: GpuSelection, partitioned: Collection[str] = ()
+) -> dict[str, DraDevice]:
+    """The devices this node publishes, by name, in slice order (GPUs by minor, MIG devices by name).
+
+    `partitioned`: the UUIDs of the GPUs DynamicMIG publishes as partitions instead (`DynamicMig.table`),
+    left out here: a partitioned GPU without MIG devices is not one of which nothing is published."""
     out: dict[str, DraDevice] = {}
     for gpu in sorted(inventory.gpus, key=lambda g: g.minor):
-        if not selection.includes(gpu) or gpu.minor < 0:
+        if not selection.includes(gpu) or gpu.minor < 0 or gpu.uuid in partitioned:
             continue
         if not gpu.mig_enabled:
             out[gpu_device_name(gpu)] = DraDevice(gpu_device_name(gpu), gpu)
