@@ -375,6 +375,8 @@ def demo_cmd(profile: str, as_json: bool) -> None:
 
     Needs no GPU and no cluster and takes a few seconds. The plugin runs as its own process on the fake
     NVML and talks to the kubelet simulator over unix sockets in a temp dir, which is removed afterwards.
+    Then the DRA driver: a claim prepared, one GPU shared by memory, and (on a second node, profile
+    mig-dynamic) a 1g MIG partition made on demand and destroyed with its claim.
     """
     console = output.console()
     try:
