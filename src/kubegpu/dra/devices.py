@@ -20,11 +20,15 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from kubegpu.common.log_throttle import LogThrottle
 from kubegpu.common.quantity import canonical
 from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice, MigEngines
 from kubegpu.settings.dra_selection import GpuSelection
 
 log = logging.getLogger(__name__)
+# The device table is built at every publish and health report; a GPU's state it warns about stays until
+# the GPU changes, so once per GPU every 10 minutes says it without burying the log.
+_gpu_warnings = LogThrottle(log, interval_s=600.0)
 
 DEFAULT_DRIVER_NAME = "gpu.nvidia.com"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
@@ -97,8 +101,11 @@ def device_table(
                 continue
             named.append(DraDevice(name, gpu, mig))
         if not named:
-            log.warning(
-                "GPU %s is in MIG mode without MIG devices: nothing of it is published", gpu_device_name(gpu)
+            _gpu_warnings.log(
+                logging.WARNING,
+                gpu.uuid,
+                "GPU %s is in MIG mode without MIG devices: nothing of it is published",
+                gpu_device_name(gpu),
             )
         for device in sorted(named, key=lambda d: d.name):
             out.setdefault(device.name, device)  # two CIs of one GI share a name: the GI is the unit
