@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import subprocess
 import sys
 
@@ -47,6 +48,18 @@ def test_demo_runs_and_reports_what_it_shows() -> None:
         "reason": "memory: 20Gi wanted, 4Gi left on the shared device "
         "(default/serve 12Gi, default/train 24Gi)",
     }
+    # DynamicMIG on the mig-dynamic node: a 1g.10gb partition picked by the allocator, created at Prepare as
+    # the device names it (A100 40GB: GI profile 15, placement 0, two memory slices), destroyed at Unprepare.
+    mig = results["dynamic_mig"]
+    assert (mig["partitions"], mig["counter_sets"], mig["mig_devices_before"]) == (100, 4, 0)
+    assert mig["device"] == "gpu-0-mig-1g10gb-15-0"
+    (cdi,) = mig["cdi_devices"]
+    assert re.fullmatch(r"k8s\.gpu\.nvidia\.com/claim=[0-9a-f-]{36}-gpu-0-mig-1g10gb-15-0", cdi)
+    assert mig["mig_devices"] == [{"profile": "1g.10gb", "gi_profile_id": 15, "placement": [0, 2]}]
+    gpu_line, mig_line = mig["nvidia_smi_l"]
+    assert gpu_line == "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1d3a5a3e-7a51-4f0b-9c1e-0a4e2c0d1001)"
+    assert re.fullmatch(r"  MIG 1g\.10gb Device 0: \(UUID: MIG-[0-9a-f-]{36}\)", mig_line)
+    assert (mig["mig_devices_after"], mig["exit_code"]) == (0, 0)
     # A time-sliced GPU split between two pods, each with its own memory and SM share; an idle holder.
     usage = results["usage"]
     assert usage["memory_bytes"] == {"train": 6 * 1024**3, "serve": 2 * 1024**3}
@@ -68,6 +81,11 @@ def test_demo_human_output_narrates_every_step() -> None:
         "GPU use: a shared GPU split between two pods, and an idle holder",
         "DRA: the same GPUs through resource.k8s.io",
         "DRA: one GPU shared by memory (ConsumableShares)",
+        "DRA: a 1g partition made on demand (DynamicMIG)",
+        "the scheduler picked partition gpu-0-mig-1g10gb-15-0",
+        "$ nvidia-smi -L",
+        "  MIG 1g.10gb Device 0: (UUID: MIG-",
+        "the claim is unprepared and the MIG device destroyed (0 MIG devices left on the node)",
     ):
         assert step in out.stdout
     assert "NVIDIA_VISIBLE_DEVICES=" in out.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,15 @@ def test_selectors_written_for_nvidias_driver_allocate_our_devices() -> None:
         AllocationError, match="CEL runtime error: no such key: index"
     ):  # the scheduler's error
         picked(f"{attrs}.index == 0")
+
+
+def test_a_mig_mode_gpu_without_mig_devices_is_warned_about_once_not_at_every_publish(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inventory = discovered("a100-mig")
+    # a GPU no other test has warned about (the warning is throttled per GPU for the process)
+    gpu = dataclasses.replace(inventory.gpus[0], uuid=f"GPU-{uuid.uuid4()}", mig_devices=())
+    for _ in range(3):  # three publishes
+        assert list(device_table(dataclasses.replace(inventory, gpus=(gpu,)), ALL)) == []
+    warned = [r.getMessage() for r in caplog.records if "without MIG devices" in r.getMessage()]
+    assert warned == ["GPU gpu-0 is in MIG mode without MIG devices: nothing of it is published"]

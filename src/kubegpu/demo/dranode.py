@@ -45,12 +45,20 @@ from kubegpu.resourceapi import (
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
 _GPU_SELECTOR = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+_MIG_SELECTOR = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
 # NVIDIA's DeviceClass for whole GPUs (its chart's gpu.nvidia.com class).
 GPU_CLASS = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "DeviceClass",
     "metadata": {"name": "gpu.nvidia.com"},
     "spec": {"selectors": [{"cel": {"expression": _GPU_SELECTOR}}]},
+}
+# NVIDIA's DeviceClass for MIG devices (its chart's mig.nvidia.com class).
+MIG_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "mig.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": _MIG_SELECTOR}}]},
 }
 
 

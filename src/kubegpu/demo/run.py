@@ -29,6 +29,7 @@ from kubegpu.api.v1beta1 import api_pb2
 from kubegpu.common import output
 from kubegpu.demo.dra_act import dra_act
 from kubegpu.demo.dranode import SimulatedDraNode
+from kubegpu.demo.mig_act import mig_act, mig_node, start_mig_driver
 from kubegpu.demo.sharing_act import SHARES_FLAGS
 from kubegpu.demo.simnode import GPU_RESOURCE, SimulatedNode
 from kubegpu.demo.usage_act import usage_act, usage_node
@@ -143,6 +144,7 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
     )
     async with (
         SimulatedDraNode(profile) as dra_node,
+        mig_node() as dynamic_mig_node,
         SimulatedNode(profile, env=DEMO_HEALTH_ENV) as node,
         usage_node(profile, inventory) as use_node,  # its plugin starts now: its start-up overlaps
     ):
@@ -152,6 +154,7 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         await demo.start()
         # once the plugin is up: its start-up overlaps the waits of the next acts
         dra_node.start_driver(*SHARES_FLAGS)
+        start_mig_driver(dynamic_mig_node)
         await demo.allocate()
         await demo.xid()
         await demo.kubelet_restart()
@@ -159,6 +162,7 @@ async def run_demo(profile: str, console: Console, quiet: bool) -> dict[str, Any
         await demo.clean_exit()
         await usage_act(use_node, inventory, say, results)
         await dra_act(dra_node, say, results)
+        await mig_act(dynamic_mig_node, say, results)
     say.say(
         Text("work dir removed. Try: kubegpu kubelet-sim --help, kubegpu fake-nvml profiles", style="dim")
     )
@@ -371,6 +375,8 @@ def demo_cmd(profile: str, as_json: bool) -> None:
 
     Needs no GPU and no cluster and takes a few seconds. The plugin runs as its own process on the fake
     NVML and talks to the kubelet simulator over unix sockets in a temp dir, which is removed afterwards.
+    Then the DRA driver: a claim prepared, one GPU shared by memory, and (on a second node, profile
+    mig-dynamic) a 1g MIG partition made on demand and destroyed with its claim.
     """
     console = output.console()
     try:

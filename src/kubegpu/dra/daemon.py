@@ -130,7 +130,8 @@ class DraDaemon:
 
     def devices(self) -> tuple[Inventory, dict[str, DraDevice]]:
         inventory = self.served()
-        table = device_table(inventory, self.settings.selection)
+        partitioned = self.dynamic_mig.tables.keys() if self.dynamic_mig is not None else ()
+        table = device_table(inventory, self.settings.selection, partitioned)
         if self.dynamic_mig is not None:
             selected = [g.uuid for g in inventory.gpus if self.settings.selection.includes(g)]
             table = self.dynamic_mig.table(table, inventory, selected)

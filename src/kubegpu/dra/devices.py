@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from kubegpu.common.log_throttle import LogThrottle
 from kubegpu.common.quantity import canonical
 from kubegpu.node.inventory import Gpu, Health, Inventory, MigDevice, MigEngines
 from kubegpu.settings.dra_selection import GpuSelection
 
 log = logging.getLogger(__name__)
+# The device table is built at every publish and health report; a GPU's state it warns about stays until
+# the GPU changes, so once per GPU every 10 minutes says it without burying the log.
+_gpu_warnings = LogThrottle(log, interval_s=600.0)
 
 DEFAULT_DRIVER_NAME = "gpu.nvidia.com"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
@@ -72,11 +77,16 @@ def _rfc1123(name: str) -> str:
     return name.removesuffix(".")[:253]
 
 
-def device_table(inventory: Inventory, selection: GpuSelection) -> dict[str, DraDevice]:
-    """The devices this node publishes, by name, in slice order (GPUs by minor, MIG devices by name)."""
+def device_table(
+    inventory: Inventory, selection: GpuSelection, partitioned: Collection[str] = ()
+) -> dict[str, DraDevice]:
+    """The devices this node publishes, by name, in slice order (GPUs by minor, MIG devices by name).
+
+    `partitioned`: the UUIDs of the GPUs DynamicMIG publishes as partitions instead (`DynamicMig.table`),
+    left out here: a partitioned GPU without MIG devices is not one of which nothing is published."""
     out: dict[str, DraDevice] = {}
     for gpu in sorted(inventory.gpus, key=lambda g: g.minor):
-        if not selection.includes(gpu) or gpu.minor < 0:
+        if not selection.includes(gpu) or gpu.minor < 0 or gpu.uuid in partitioned:
             continue
         if not gpu.mig_enabled:
             out[gpu_device_name(gpu)] = DraDevice(gpu_device_name(gpu), gpu)
@@ -91,8 +101,11 @@ def device_table(inventory: Inventory, selection: GpuSelection) -> dict[str, Dra
                 continue
             named.append(DraDevice(name, gpu, mig))
         if not named:
-            log.warning(
-                "GPU %s is in MIG mode without MIG devices: nothing of it is published", gpu_device_name(gpu)
+            _gpu_warnings.log(
+                logging.WARNING,
+                gpu.uuid,
+                "GPU %s is in MIG mode without MIG devices: nothing of it is published",
+                gpu_device_name(gpu),
             )
         for device in sorted(named, key=lambda d: d.name):
             out.setdefault(device.name, device)  # two CIs of one GI share a name: the GI is the unit

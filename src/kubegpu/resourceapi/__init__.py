@@ -4,6 +4,7 @@ allocator: what tests, the demo and `kubegpu explain` use to see which device a 
 Modules, one job each:
   cel        DRA's CEL environment on cel-python: compile selectors, evaluate them on one device
   cel_device the `device` variable an expression sees (driver, attributes, capacity), built once per device
+  cel_pins   the attribute values a selector compares with (`== "<value>"`), and whether it needs them
   cel_library the Kubernetes CEL libraries selectors use (quantity, semver, strings, lists, regex)
   model      DeviceClass, ResourceClaim, ResourceSlice parsed from v1/v1beta2 or v1beta1 JSON
   nodes      which node a slice or device is reachable from (nodeName, allNodes, NodeSelector)

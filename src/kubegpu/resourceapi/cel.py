@@ -309,6 +309,14 @@ def compile_selector(expression: str) -> Selector:
     )
 
 
+def syntax_tree(expression: str) -> lark.Tree:
+    """The expression's parse tree (cel-python's grammar); CelError when it does not parse."""
+    try:
+        return _ENVIRONMENT.compile(expression)
+    except celpy.CELParseError as err:
+        raise CelError(f"compilation failed: {_syntax_error(expression, err)}") from None
+
+
 def compile_error(expression: str) -> str | None:
     """The compile error of `expression`, or None when it compiles (for API validation and lint)."""
     try:

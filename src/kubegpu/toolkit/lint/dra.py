@@ -9,7 +9,8 @@ NVIDIA's (KG019). With a snapshot, an ExactCount request must not want more devi
 pass the class's and the request's selectors (KG020). A pod's claims must exist and its containers must
 name claims and requests that do (KG021). With a snapshot, capacity requests must be what some selected
 device's request policy allows (KG022, `dra_capacity`); without one, a capacity name NVIDIA's driver never
-publishes is a warning.
+publishes is a warning. A selector that pins a MIG profile must name one a node can create (KG023,
+`dra_profiles`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from kubegpu.toolkit.dra_facts import (
     slices_per_node,
 )
 from kubegpu.toolkit.lint.dra_capacity import capacity_problems
+from kubegpu.toolkit.lint.dra_profiles import profile_problems, published_profiles
 from kubegpu.toolkit.lint.rules import WARNING, Finding
 from kubegpu.toolkit.manifests import DraObject, Manifests, Path, Source, Workload
 
@@ -91,6 +93,7 @@ class _Linter:
         self.cluster_dra = cluster.dra if cluster is not None else {}
         self.slices = self._slices()
         self.seen_names = self._published_names()
+        self.profiles = published_profiles(self.slices) if cluster is not None else None
 
     # --- what is known ---------------------------------------------------------------------------------
 
@@ -203,7 +206,10 @@ class _Linter:
         for request in _requests(obj):
             for j, expression in _selectors(request.exact):
                 path = (*request.path, "selectors", j, "cel", "expression")
-                self.check_selector(obj, path, f"request {request.label!r} selector #{j}", expression)
+                where = f"request {request.label!r} selector #{j}"
+                self.check_selector(obj, path, where, expression)
+                for problem in profile_problems(where, expression, self.profiles):
+                    self.add(obj, "KG023", path, problem.message, problem.fix, severity=problem.severity)
             class_name = request.exact.get("deviceClassName")
             if not isinstance(class_name, str) or not class_name:
                 continue

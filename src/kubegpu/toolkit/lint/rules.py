@@ -110,6 +110,12 @@ RULES = {
             "a DRA request asks for capacity no device's requestPolicy allows (a warning when rounded up)",
             True,
         ),
+        Rule(
+            "KG023",
+            "dra-unknown-mig-profile",
+            ERROR,
+            "a DRA selector pins a MIG profile no node can create (a warning without --snapshot)",
+        ),
     )
 }
 
