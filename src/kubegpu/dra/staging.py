@@ -1,0 +1,220 @@
+"""One read claim's devices checked, set up and recorded: the part of Prepare that touches the node.
+
+`ClaimStaging` is a part of `dra.prepare.Preparer` (its state is the Preparer's), split off at the seam
+between serving the kubelet's calls (the lock, the checkpoint answers, the API reads: `prepare`) and what
+is done for one claim once it is read: its devices looked up and checked free (`_check_free`, with
+ConsumableShares' rule), `PrepareStarted` recorded with the MIG devices created and MPS daemons started
+(`_stage`), then the CDI spec written and `PrepareCompleted` recorded (`_complete`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubegpu.common.quoting import plain_id
+from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
+from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
+from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, Result
+from kubegpu.dra.consumable_shares import MPS_WITH_SHARES, conflict
+from kubegpu.dra.consumed import Consumed, consumed_by, per_device, status_entry
+from kubegpu.dra.devices import DraDevice
+from kubegpu.dra.dynamic_mig import DynamicMig
+from kubegpu.dra.gpuconfig import MPS, ConfigError, Sharing, sharing_of
+from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, daemon_specs
+from kubegpu.dra.mps_deployment import DaemonSpec
+from kubegpu.dra.sharing_gates import check_strategy
+from kubegpu.dra.timeslicing import TimeSlicer
+from kubegpu.node.inventory import Inventory
+from kubegpu.settings.feature_gates import FeatureGates
+
+log = logging.getLogger(__name__)
+
+
+class DeviceBusy(ClaimError):
+    kind = "busy"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+    kind: str = ""  # the class of failure (a Failure kind) when `error` is set
+
+
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """A claim half-way through Prepare: recorded PrepareStarted, its MIG devices and MPS daemons started;
+    left: (the daemons' readiness,) the CDI spec and PrepareCompleted."""
+
+    claim: AllocatedClaim
+    what: str
+    inventory: Inventory
+    devices: list[DraDevice]
+    prepared: tuple[PreparedDevice, ...]
+    summary: dict[str, Any]
+    sharing: dict[str, Sharing | None]
+    daemons: tuple[DaemonSpec, ...] = ()
+    consumed: list[tuple[Result, Consumed]] = field(default_factory=list)
+
+
+class ClaimStaging:
+    """The Preparer's state these steps use (set by `Preparer.__init__`)."""
+
+    driver_name: str
+    node_name: str
+    checkpoint: Checkpoint
+    specs: ClaimSpecs
+    devices: Callable[[], tuple[Inventory, dict[str, DraDevice]]]
+    gates: FeatureGates
+    timeslicer: TimeSlicer | None
+    shares: str | int | None
+    orphans: dict[str, tuple[str, ...]]
+    orphan_sharing: dict[str, dict[str, Any]]
+    partitions: DynamicMig | None
+    mps: MpsDaemons | None
+    _statuses: dict[str, tuple[AllocatedClaim, list[dict[str, Any]]]]
+
+    @staticmethod
+    def _wait_ready(mps: MpsDaemons, staged: _Staged) -> None:
+        try:
+            for daemon in staged.daemons:
+                mps.wait_ready(daemon.id)
+        except ClaimError as err:  # the Deployment stays: the kubelet's retry finds it further along
+            raise type(err)(f"{staged.what}: {err}") from None
+
+    def _stage(self, claim: AllocatedClaim) -> _Staged:
+        what = f"claim {plain_id(claim.namespace)}/{plain_id(claim.name)}"
+        inventory, table = self.devices()
+        picked: list[DraDevice] = []
+        for result in claim.results:
+            if result.pool != self.node_name:
+                raise ClaimError(
+                    f"{what}: device {result.device} was allocated from pool {result.pool}, this node's pool "
+                    f"is {self.node_name}"
+                )
+            device = table.get(result.device)
+            if device is None:
+                raise ClaimError(
+                    f"{what}: device {result.device} is not published by this node (it publishes "
+                    f"{', '.join(table) or 'no devices'})"
+                )
+            picked.append(device)
+        sharing = sharing_of(claim, picked, self.driver_name)
+        for chosen in sharing.values():
+            if chosen is not None:
+                if self.shares is not None and chosen.strategy == MPS:
+                    raise ConfigError(MPS_WITH_SHARES)
+                check_strategy(chosen, self.gates)  # NVIDIA's gates: MPS and time-slicing need theirs
+        for result in claim.results:
+            if not result.admin_access:
+                config = _summary(sharing.get(result.device))
+                self._check_free(what, claim.uid, result.device, config, result.share_id)
+        if self.timeslicer is not None:  # before anything is recorded: a failure leaves nothing behind
+            self.timeslicer.apply(claim.uid, [r.request for r in claim.results], picked, sharing)
+        prepared = tuple(
+            PreparedDevice(
+                (result.request_name,),
+                result.pool,
+                result.device,
+                (cdi_id(self.driver_name, claim.uid, result.device),),
+                result.admin_access,
+                result.share_id,
+            )
+            for result in claim.results
+        )
+        summary = {name: s.summary() for name, s in sharing.items() if s is not None}
+        unique = list({d.name: d for d in picked}.values())
+        daemons = daemon_specs(claim.uid, unique, sharing) if self.mps is not None else ()
+        for daemon in daemons:  # recorded with the claim: Unprepare and a restarted driver find them
+            for name in daemon.devices:
+                summary[name] = {**summary[name], SUMMARY_KEY: daemon.id}
+        started = PreparedClaim(claim.uid, claim.namespace, claim.name, STARTED, prepared, summary)
+        if self.partitions is not None:  # DynamicMIG: its MIG devices created (a crash leaves them unheld)
+            unique = self.partitions.prepare(what, unique)
+        consumed = consumed_by(claim.results, {d.name: d for d in unique}, self.shares)
+        self.checkpoint.put(started)
+        if self.mps is not None:
+            for daemon in daemons:
+                self.mps.start(daemon)
+        return _Staged(claim, what, inventory, unique, prepared, summary, sharing, tuple(daemons), consumed)
+
+    def _complete(self, staged: _Staged) -> Outcome:
+        claim, what, prepared, summary = staged.claim, staged.what, staged.prepared, staged.summary
+        consumed = staged.consumed
+        edits: dict[str, dict[str, list[Any]]] = {
+            name: {"env": list(c.env())} for name, c in per_device(consumed).items()
+        }
+        if self.mps is not None:
+            for daemon in staged.daemons:
+                for name in daemon.devices:
+                    for key, more in self.mps.cdi_edits(daemon.id).items():
+                        edits.setdefault(name, {}).setdefault(key, []).extend(more)
+        self.specs.write(claim.uid, staged.devices, staged.inventory, staged.sharing, edits)
+        self.checkpoint.put(
+            PreparedClaim(claim.uid, claim.namespace, claim.name, COMPLETED, prepared, summary)
+        )
+        self.orphans.pop(claim.uid, None)
+        self.orphan_sharing.pop(claim.uid, None)
+        if consumed:
+            entries = [status_entry(self.driver_name, r.pool, r.device, c) for r, c in consumed]
+            self._statuses[claim.uid] = (claim, entries)
+        log.info(
+            "prepared %s (%s): %s",
+            what,
+            claim.uid,
+            ", ".join(f"{d.device} for {d.request_names[0]}" for d in prepared),
+        )
+        for name, config in summary.items():
+            log.info("%s: device %s shared by %s", what, name, config)
+        return Outcome(prepared)
+
+    def sharing_summary(self, claim: AllocatedClaim) -> dict[str, Any]:
+        """The claim's configs by device, as its checkpoint entry records them; ConfigError."""
+        _, table = self.devices()
+        picked = [table[r.device] for r in claim.results if r.device in table]
+        if len(picked) != len(claim.results):
+            raise ConfigError(f"claim {claim.namespace}/{claim.name}: a device is not published here")
+        summaries = {n: _summary(s) for n, s in sharing_of(claim, picked, self.driver_name).items()}
+        return {name: summary for name, summary in summaries.items() if summary is not None}
+
+    def _check_free(
+        self, what: str, uid: str, device: str, config: dict[str, Any] | None, share_id: str | None
+    ) -> None:
+        """DeviceBusy when another claim holds `device`: prepared for it (checkpoint), or named by its
+        CDI spec while the checkpoint that recorded it is lost (an orphan). With ConsumableShares, NVIDIA's
+        rule: another claim may hold it when its config for the device (`config`: a checkpoint summary, None
+        without one) is the same; an orphan only once its config is known. Beyond NVIDIA, only shares share:
+        a device allocated whole (no shareID, e.g. before the mode was turned on) is never shared."""
+        for other in self.checkpoint.holders(device, uid):
+            if self.shares is not None and share_id is not None and _shared(other, device):
+                if other.sharing.get(device) == config:
+                    continue
+                raise DeviceBusy(conflict(uid, device, other.uid))
+            raise DeviceBusy(
+                f"{what}: device {device} is already prepared for claim {other.namespace}/{other.name} "
+                f"({other.uid})"
+            )
+        for other_uid, held in self.orphans.items():
+            if other_uid != uid and device in held:
+                known = self.orphan_sharing.get(other_uid)
+                if self.shares is not None and share_id is not None and known is not None:
+                    if known.get(device) == config:
+                        continue
+                    raise DeviceBusy(conflict(uid, device, other_uid))
+                raise DeviceBusy(
+                    f"{what}: device {device} may be in use by claim {other_uid}: its CDI spec is on disk "
+                    f"but the checkpoint entry is lost and the API server has not yet confirmed the claim; "
+                    f"{RETRY}"
+                )
+
+
+def _shared(claim: PreparedClaim, device: str) -> bool:
+    """Whether the claim holds `device` as a share (not whole)."""
+    return all(d.share_id is not None for d in claim.devices if d.device == device and not d.admin_access)
+
+
+def _summary(sharing: Sharing | None) -> dict[str, Any] | None:
+    return None if sharing is None else sharing.summary()
