@@ -17,7 +17,8 @@
   two has admin access, and so is a device named by a CDI spec on disk that no checkpoint entry accounts
   for (an orphan: the checkpoint was lost) until the claim is matched with the API server (`rebuild`).
   With ConsumableShares (`shares`), NVIDIA's rule instead: claims may share a device when their configs
-  for it are the same, MPS is refused, and Unprepare leaves a device's time slice and partition to the
+  for it are the same, MPS is refused (beyond NVIDIA, with MPSSupport on: one MPS daemon per device,
+  shared by its sharers), and Unprepare leaves a device's time slice, partition and MPS daemon to the
   claims that still use it. What a shared allocation consumed goes to the workload's env and the claim's
   status (`dra.consumed`).
 
@@ -43,7 +44,8 @@ from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
 from kubegpu.dra.gpuconfig import ConfigError
-from kubegpu.dra.mps_daemon import MpsDaemons, held_daemons
+from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, held_daemons
+from kubegpu.dra.mps_deployment import deployment_name
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
 from kubegpu.dra.staging import ClaimStaging, Outcome
 from kubegpu.dra.timeslicing import TimeSliceError, TimeSlicer, time_sliced_uuids
@@ -357,8 +359,12 @@ class Preparer(ClaimStaging):
                 self.timeslicer.reset(ref.uid, time_sliced_uuids(sliced, self.devices()[1]))
             if self.mps is not None:  # its daemons: from the checkpoint, or their directories (an orphan)
                 daemons = held_daemons([known.sharing]) if known else set()
-                for daemon in sorted(daemons | self.mps.of_claim(ref.uid)):
+                kept = self._daemons_of_others(ref.uid, known)
+                for daemon in sorted((daemons | self.mps.of_claim(ref.uid)) - kept):
                     self.mps.stop(daemon)
+                for daemon in sorted(daemons & kept):
+                    log.info("%s: MPS control daemon %s is still used by another claim: kept", ref.describe(),
+                             deployment_name(daemon))  # fmt: skip
             if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
                 held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
                 self.partitions.destroy([d for d in held if d not in shared], self.devices()[0])
@@ -385,6 +391,16 @@ class Preparer(ClaimStaging):
             " (known from its CDI spec only)" if orphan else "",
         )
         return None
+
+    def _daemons_of_others(self, uid: str, known: PreparedClaim | None) -> set[str]:
+        """The MPS daemons a claim other than `uid` holds (a device's daemon several claims share, counted
+        from the checkpoint, so the count survives a restart): recorded with it, or serving a device an
+        orphan's spec names (its config is not known yet: kept rather than pulled from under it)."""
+        others = held_daemons(c.sharing for c in self.checkpoint.claims.values() if c.uid != uid)
+        orphaned = {d for other, devices in self.orphans.items() if other != uid for d in devices}
+        mine = known.sharing.items() if known is not None else ()
+        others.update(s[SUMMARY_KEY] for name, s in mine if name in orphaned and SUMMARY_KEY in s)
+        return others
 
     def _used_by_others(self, uid: str) -> set[str]:
         """The devices a claim other than `uid` holds: prepared (checkpoint) or named by an orphan's spec."""

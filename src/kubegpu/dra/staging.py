@@ -19,11 +19,11 @@ from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
 from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, Result
 from kubegpu.dra.consumable_shares import MPS_WITH_SHARES, conflict
-from kubegpu.dra.consumed import Consumed, consumed_by, per_device, status_entry
+from kubegpu.dra.consumed import Consumed, consumed_by, mps_client_limits, per_device, status_entry
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
 from kubegpu.dra.gpuconfig import MPS, ConfigError, Sharing, sharing_of
-from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, daemon_specs
+from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, config_of, daemon_specs
 from kubegpu.dra.mps_deployment import DaemonSpec
 from kubegpu.dra.sharing_gates import check_strategy
 from kubegpu.dra.timeslicing import TimeSlicer
@@ -105,8 +105,8 @@ class ClaimStaging:
         sharing = sharing_of(claim, picked, self.driver_name)
         for chosen in sharing.values():
             if chosen is not None:
-                if self.shares is not None and chosen.strategy == MPS:
-                    raise ConfigError(MPS_WITH_SHARES)
+                if self.shares is not None and chosen.strategy == MPS and self.mps is None:
+                    raise ConfigError(MPS_WITH_SHARES)  # NVIDIA's; with MPSSupport, a daemon per device
                 check_strategy(chosen, self.gates)  # NVIDIA's gates: MPS and time-slicing need theirs
         for result in claim.results:
             if not result.admin_access:
@@ -127,7 +127,8 @@ class ClaimStaging:
         )
         summary = {name: s.summary() for name, s in sharing.items() if s is not None}
         unique = list({d.name: d for d in picked}.values())
-        daemons = daemon_specs(claim.uid, unique, sharing) if self.mps is not None else ()
+        shared = [r.device for r in claim.results if r.share_id is not None and self.shares is not None]
+        daemons = daemon_specs(claim.uid, unique, sharing, shared) if self.mps is not None else ()
         for daemon in daemons:  # recorded with the claim: Unprepare and a restarted driver find them
             for name in daemon.devices:
                 summary[name] = {**summary[name], SUMMARY_KEY: daemon.id}
@@ -148,9 +149,13 @@ class ClaimStaging:
             name: {"env": list(c.env())} for name, c in per_device(consumed).items()
         }
         if self.mps is not None:
+            shares = per_device(consumed)
             for daemon in staged.daemons:
-                for name in daemon.devices:
-                    for key, more in self.mps.cdi_edits(daemon.id).items():
+                for name, uuid in zip(daemon.devices, daemon.uuids, strict=True):
+                    share = shares.get(name)  # beyond NVIDIA: a sharer is kept to what it consumed
+                    limits = mps_client_limits(share, uuid) if share is not None else {}
+                    client = [f"{key}={v}" for key, v in limits.items()]
+                    for key, more in self.mps.cdi_edits(daemon.id, client).items():
                         edits.setdefault(name, {}).setdefault(key, []).extend(more)
         self.specs.write(claim.uid, staged.devices, staged.inventory, staged.sharing, edits)
         self.checkpoint.put(
@@ -190,7 +195,7 @@ class ClaimStaging:
         a device allocated whole (no shareID, e.g. before the mode was turned on) is never shared."""
         for other in self.checkpoint.holders(device, uid):
             if self.shares is not None and share_id is not None and _shared(other, device):
-                if other.sharing.get(device) == config:
+                if config_of(other.sharing.get(device)) == config:
                     continue
                 raise DeviceBusy(conflict(uid, device, other.uid))
             raise DeviceBusy(
@@ -201,7 +206,7 @@ class ClaimStaging:
             if other_uid != uid and device in held:
                 known = self.orphan_sharing.get(other_uid)
                 if self.shares is not None and share_id is not None and known is not None:
-                    if known.get(device) == config:
+                    if config_of(known.get(device)) == config:
                         continue
                     raise DeviceBusy(conflict(uid, device, other_uid))
                 raise DeviceBusy(
