@@ -21,6 +21,7 @@ from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.node.nvml import fake_mps_control, fake_smi
 from tests.contract.test_dra_consumable_shares import gpu0
 from tests.contract.test_dra_mps import BIND, Node, mps
+from tests.readme_blocks import readme_yaml
 
 T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"
 DAEMON = "gpu-815e43a823c1"  # sha256("GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509")[:12]
@@ -154,3 +155,21 @@ async def test_a_lost_checkpoint_rebuilds_both_sharers_on_the_daemon_they_share(
         assert list(node.deployments()) == [NAME]
         await dra.sim.terminate_pod("pod-b")
         assert node.deployments() == {}
+
+
+async def test_the_readme_claim_gets_8gi_of_a_gpu_on_its_shared_daemon() -> None:
+    async with DraNode("t4-pcie") as dra:
+        node = shared_node(dra)
+        await node.start()
+        assert dra.sim is not None
+        pod = claim_pod("mps-notebook", "mps-8gi")
+        allocated = dra.allocate(readme_yaml("mps-shares-claim"), pod)
+        (result,) = allocated["status"]["allocation"]["devices"]["results"]
+        assert result["consumedCapacity"] == {"memory": "8Gi"}
+        await dra.sim.admit(pod)
+        assert list(node.deployments()) == [NAME]
+        assert mps_env(dra, allocated["metadata"]["uid"]) == [
+            "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+            f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={T4_GPU0}=8192M",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=53",
+        ]
