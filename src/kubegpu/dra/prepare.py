@@ -22,8 +22,9 @@
   claims that still use it. What a shared allocation consumed goes to the workload's env and the claim's
   status (`dra.consumed`).
 
-What is done for one claim once it is read (its devices checked and set up, its CDI spec and checkpoint
-entry written) is `dra.staging`'s `ClaimStaging`, a part of the Preparer.
+What is done to the node for one claim (at Prepare, once it is read: its devices checked and set up, its CDI
+spec and checkpoint entry written; at Unprepare: all of it undone) is `dra.claim_devices`' `ClaimDevices`, a
+part of the Preparer.
 """
 
 from __future__ import annotations
@@ -36,19 +37,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kubegpu.common.quoting import plain_id
-from kubegpu.dra.checkpoint import COMPLETED, Checkpoint, PreparedClaim
+from kubegpu.dra.checkpoint import COMPLETED, Checkpoint
 from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs
+from kubegpu.dra.claim_devices import ClaimDevices, Outcome, not_this_claim
 from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
 from kubegpu.dra.gpuconfig import ConfigError
-from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, held_daemons
-from kubegpu.dra.mps_deployment import deployment_name
+from kubegpu.dra.mps_daemon import MpsDaemons
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
-from kubegpu.dra.staging import ClaimStaging, Outcome
-from kubegpu.dra.timeslicing import TimeSliceError, TimeSlicer, time_sliced_uuids
+from kubegpu.dra.timeslicing import TimeSlicer
 from kubegpu.node.inventory import Inventory
 from kubegpu.settings.feature_gates import DEFAULT_GATES, FeatureGates
 
@@ -64,7 +63,7 @@ def _failed(failure: Failure) -> Outcome:
     return Outcome(error=failure.message, kind=failure.kind)
 
 
-class Preparer(ClaimStaging):
+class Preparer(ClaimDevices):
     def __init__(
         self,
         *,
@@ -254,7 +253,7 @@ class Preparer(ClaimStaging):
         if known is None:
             return False
         if (known.namespace, known.name) != (ref.namespace, ref.name):
-            out[ref.uid] = _failed(_not_this_claim(ref, known, "nothing was prepared"))
+            out[ref.uid] = _failed(not_this_claim(ref, known, "nothing was prepared"))
             return True
         if known.state == COMPLETED:
             log.debug("%s (%s) is already prepared", ref.describe(), ref.uid)
@@ -341,73 +340,6 @@ class Preparer(ClaimStaging):
         self.failures.report("NodeUnprepareResources", len(claims), failures)
         return {c.uid: failures[c.uid].message if c.uid in failures else "" for c in claims}
 
-    def _unprepare_one(self, ref: ClaimRef) -> Failure | None:
-        known = self.checkpoint.claims.get(ref.uid)
-        if known is not None and (known.namespace, known.name) != (ref.namespace, ref.name):
-            return _not_this_claim(ref, known, "nothing was unprepared")
-        orphan = ref.uid in self.orphans
-        if self.lost is not None:
-            self.released.add(ref.uid)
-        if known is None and not orphan:
-            log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
-            return None
-        # With shares, what another claim still uses keeps its time slice and partition (NVIDIA's rule).
-        shared = self._used_by_others(ref.uid) if self.shares is not None else set()
-        try:
-            if self.timeslicer is not None and known is not None:
-                sliced = {name: s for name, s in known.sharing.items() if name not in shared}
-                self.timeslicer.reset(ref.uid, time_sliced_uuids(sliced, self.devices()[1]))
-            if self.mps is not None:  # its daemons: from the checkpoint, or their directories (an orphan)
-                daemons = held_daemons([known.sharing]) if known else set()
-                kept = self._daemons_of_others(ref.uid, known)
-                for daemon in sorted((daemons | self.mps.of_claim(ref.uid)) - kept):
-                    self.mps.stop(daemon)
-                for daemon in sorted(daemons & kept):
-                    log.info("%s: MPS control daemon %s is still used by another claim: kept", ref.describe(),
-                             deployment_name(daemon))  # fmt: skip
-            if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
-                held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
-                self.partitions.destroy([d for d in held if d not in shared], self.devices()[0])
-            self.specs.remove(ref.uid)
-            self.checkpoint.remove(ref.uid)
-        except TimeSliceError as err:
-            return Failure(err.kind, str(err))
-        except ClaimError as err:
-            return Failure(err.kind, f"{ref.describe()}: error unpreparing devices: {err}")
-        except OSError as err:
-            message = f"{ref.describe()}: cannot remove {err.filename or 'a file'}: {err.strerror}"
-            log.error("%s", message)
-            return Failure("io", message)
-        self.orphans.pop(ref.uid, None)
-        self.orphan_sharing.pop(ref.uid, None)
-        if shared:
-            mine = {d.device for d in known.devices} if known else set(self.orphans.get(ref.uid, ()))
-            for device in sorted(mine & shared):
-                log.info("%s: device %s is still used by another claim: kept", ref.describe(), device)
-        log.info(
-            "unprepared %s (%s)%s",
-            ref.describe(),
-            ref.uid,
-            " (known from its CDI spec only)" if orphan else "",
-        )
-        return None
-
-    def _daemons_of_others(self, uid: str, known: PreparedClaim | None) -> set[str]:
-        """The MPS daemons a claim other than `uid` holds (a device's daemon several claims share, counted
-        from the checkpoint, so the count survives a restart): recorded with it, or serving a device an
-        orphan's spec names (its config is not known yet: kept rather than pulled from under it)."""
-        others = held_daemons(c.sharing for c in self.checkpoint.claims.values() if c.uid != uid)
-        orphaned = {d for other, devices in self.orphans.items() if other != uid for d in devices}
-        mine = known.sharing.items() if known is not None else ()
-        others.update(s[SUMMARY_KEY] for name, s in mine if name in orphaned and SUMMARY_KEY in s)
-        return others
-
-    def _used_by_others(self, uid: str) -> set[str]:
-        """The devices a claim other than `uid` holds: prepared (checkpoint) or named by an orphan's spec."""
-        held = {d.device for c in self.checkpoint.claims.values() if c.uid != uid for d in c.devices}
-        held.update(d for other, devices in self.orphans.items() if other != uid for d in devices)
-        return held
-
     def forget_orphan(self, uid: str, why: str) -> None:
         """Remove an orphan's spec: the API server says its claim is not (any more) prepared here."""
         self.specs.remove(uid)
@@ -415,11 +347,3 @@ class Preparer(ClaimStaging):
         self.orphan_sharing.pop(uid, None)
         self.settled["removed"] += 1
         log.info("removed the CDI spec of claim %s, prepared before the checkpoint was lost: %s", uid, why)
-
-
-def _not_this_claim(ref: ClaimRef, known: PreparedClaim, outcome: str) -> Failure:
-    return Failure(
-        "mismatch",
-        f"{ref.describe()}: UID {plain_id(ref.uid)} belongs to claim {known.namespace}/{known.name} on this "
-        f"node, not to this one; {outcome}",
-    )

@@ -1,10 +1,12 @@
-"""One read claim's devices checked, set up and recorded: the part of Prepare that touches the node.
+"""One claim's devices set up and torn down: the part of Prepare and Unprepare that touches the node.
 
-`ClaimStaging` is a part of `dra.prepare.Preparer` (its state is the Preparer's), split off at the seam
-between serving the kubelet's calls (the lock, the checkpoint answers, the API reads: `prepare`) and what
-is done for one claim once it is read: its devices looked up and checked free (`_check_free`, with
-ConsumableShares' rule), `PrepareStarted` recorded with the MIG devices created and MPS daemons started
-(`_stage`), then the CDI spec written and `PrepareCompleted` recorded (`_complete`).
+`ClaimDevices` is a part of `dra.prepare.Preparer` (its state is the Preparer's), split off at the seam
+between serving the kubelet's calls (the lock, the checkpoint answers, the API reads, the failure counts:
+`prepare`) and what is done for one claim, under the lock. Prepare, once the claim is read: its devices
+looked up and checked free (`_check_free`, with ConsumableShares' rule), `PrepareStarted` recorded with the
+MIG devices created and MPS daemons started (`_stage`), then the CDI spec written and `PrepareCompleted`
+recorded (`_complete`). Unprepare (`_unprepare_one`): the time slices reset, the MPS daemons stopped, the
+MIG devices destroyed, the spec and the entry removed, except what another claim still holds.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from kubegpu.common.quoting import plain_id
 from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
+from kubegpu.dra.claim_calls import ClaimRef, Failure
 from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
 from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, Result
 from kubegpu.dra.consumable_shares import MPS_WITH_SHARES, conflict
@@ -23,10 +26,10 @@ from kubegpu.dra.consumed import Consumed, consumed_by, mps_client_limits, per_d
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
 from kubegpu.dra.gpuconfig import MPS, ConfigError, Sharing, sharing_of
-from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, config_of, daemon_specs
-from kubegpu.dra.mps_deployment import DaemonSpec
+from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, config_of, daemon_specs, held_daemons
+from kubegpu.dra.mps_deployment import DaemonSpec, deployment_name
 from kubegpu.dra.sharing_gates import check_strategy
-from kubegpu.dra.timeslicing import TimeSlicer
+from kubegpu.dra.timeslicing import TimeSliceError, TimeSlicer, time_sliced_uuids
 from kubegpu.node.inventory import Inventory
 from kubegpu.settings.feature_gates import FeatureGates
 
@@ -60,7 +63,7 @@ class _Staged:
     consumed: list[tuple[Result, Consumed]] = field(default_factory=list)
 
 
-class ClaimStaging:
+class ClaimDevices:
     """The Preparer's state these steps use (set by `Preparer.__init__`)."""
 
     driver_name: str
@@ -73,6 +76,8 @@ class ClaimStaging:
     shares: str | int | None
     orphans: dict[str, tuple[str, ...]]
     orphan_sharing: dict[str, dict[str, Any]]
+    lost: str | None
+    released: set[str]
     partitions: DynamicMig | None
     mps: MpsDaemons | None
     _statuses: dict[str, tuple[AllocatedClaim, list[dict[str, Any]]]]
@@ -214,6 +219,83 @@ class ClaimStaging:
                     f"but the checkpoint entry is lost and the API server has not yet confirmed the claim; "
                     f"{RETRY}"
                 )
+
+    # ---- Unprepare ---------------------------------------------------------------------------------------
+
+    def _unprepare_one(self, ref: ClaimRef) -> Failure | None:
+        known = self.checkpoint.claims.get(ref.uid)
+        if known is not None and (known.namespace, known.name) != (ref.namespace, ref.name):
+            return not_this_claim(ref, known, "nothing was unprepared")
+        orphan = ref.uid in self.orphans
+        if self.lost is not None:
+            self.released.add(ref.uid)
+        if known is None and not orphan:
+            log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
+            return None
+        # With shares, what another claim still uses keeps its time slice and partition (NVIDIA's rule).
+        shared = self._used_by_others(ref.uid) if self.shares is not None else set()
+        try:
+            if self.timeslicer is not None and known is not None:
+                sliced = {name: s for name, s in known.sharing.items() if name not in shared}
+                self.timeslicer.reset(ref.uid, time_sliced_uuids(sliced, self.devices()[1]))
+            if self.mps is not None:  # its daemons: from the checkpoint, or their directories (an orphan)
+                daemons = held_daemons([known.sharing]) if known else set()
+                kept = self._daemons_of_others(ref.uid, known)
+                for daemon in sorted((daemons | self.mps.of_claim(ref.uid)) - kept):
+                    self.mps.stop(daemon)
+                for daemon in sorted(daemons & kept):
+                    log.info("%s: MPS control daemon %s is still used by another claim: kept", ref.describe(),
+                             deployment_name(daemon))  # fmt: skip
+            if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
+                held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
+                self.partitions.destroy([d for d in held if d not in shared], self.devices()[0])
+            self.specs.remove(ref.uid)
+            self.checkpoint.remove(ref.uid)
+        except TimeSliceError as err:
+            return Failure(err.kind, str(err))
+        except ClaimError as err:
+            return Failure(err.kind, f"{ref.describe()}: error unpreparing devices: {err}")
+        except OSError as err:
+            message = f"{ref.describe()}: cannot remove {err.filename or 'a file'}: {err.strerror}"
+            log.error("%s", message)
+            return Failure("io", message)
+        self.orphans.pop(ref.uid, None)
+        self.orphan_sharing.pop(ref.uid, None)
+        if shared:
+            mine = {d.device for d in known.devices} if known else set(self.orphans.get(ref.uid, ()))
+            for device in sorted(mine & shared):
+                log.info("%s: device %s is still used by another claim: kept", ref.describe(), device)
+        log.info(
+            "unprepared %s (%s)%s",
+            ref.describe(),
+            ref.uid,
+            " (known from its CDI spec only)" if orphan else "",
+        )
+        return None
+
+    def _daemons_of_others(self, uid: str, known: PreparedClaim | None) -> set[str]:
+        """The MPS daemons a claim other than `uid` holds (a device's daemon several claims share, counted
+        from the checkpoint, so the count survives a restart): recorded with it, or serving a device an
+        orphan's spec names (its config is not known yet: kept rather than pulled from under it)."""
+        others = held_daemons(c.sharing for c in self.checkpoint.claims.values() if c.uid != uid)
+        orphaned = {d for other, devices in self.orphans.items() if other != uid for d in devices}
+        mine = known.sharing.items() if known is not None else ()
+        others.update(s[SUMMARY_KEY] for name, s in mine if name in orphaned and SUMMARY_KEY in s)
+        return others
+
+    def _used_by_others(self, uid: str) -> set[str]:
+        """The devices a claim other than `uid` holds: prepared (checkpoint) or named by an orphan's spec."""
+        held = {d.device for c in self.checkpoint.claims.values() if c.uid != uid for d in c.devices}
+        held.update(d for other, devices in self.orphans.items() if other != uid for d in devices)
+        return held
+
+
+def not_this_claim(ref: ClaimRef, known: PreparedClaim, outcome: str) -> Failure:
+    return Failure(
+        "mismatch",
+        f"{ref.describe()}: UID {plain_id(ref.uid)} belongs to claim {known.namespace}/{known.name} on this "
+        f"node, not to this one; {outcome}",
+    )
 
 
 def _shared(claim: PreparedClaim, device: str) -> bool:
