@@ -11,13 +11,16 @@ from typing import Any
 
 import pytest
 
+from kubegpu.dra.checkpoint import COMPLETED, PreparedClaim
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.gpuconfig import MPS, ConfigError, Sharing, parse
-from kubegpu.dra.mps_daemon import MpsDaemons, MpsError, daemon_specs, held_daemons
+from kubegpu.dra.mps_daemon import MpsDaemons, MpsError, config_of, daemon_specs, held_daemons
 from kubegpu.dra.mps_deployment import DaemonDirs, DaemonSpec, DeploymentOptions, daemon_id, daemon_script
+from kubegpu.dra.mps_supervise import keep_once
 from kubegpu.dra.nvidia_smi import NvidiaSmi
 from kubegpu.node.nvml import fake_smi
 from tests.builders import gpu_uuid, make_gpus
+from tests.dra.test_prepare import make
 
 GIB = 1024**3
 UID = "4f1c2a9e-8d3b-4c6f-9a0e-7b5d3c2e1f00"
@@ -160,3 +163,64 @@ def test_stop_does_nothing_when_the_daemon_directory_is_gone_and_resets_what_it_
     ]
     assert fake_smi.compute_modes(log) == {gpu_uuid(0): "DEFAULT"}
     assert not dirs.root.exists()
+
+
+# ---- a device's daemon shared by the claims holding a share of it (ConsumableShares, beyond NVIDIA) ------
+
+
+def test_a_shared_device_gets_the_daemon_named_after_it_and_the_others_nvidias() -> None:
+    gpus = make_gpus(3)
+    devices = [DraDevice(f"gpu-{g.index}", g) for g in gpus]
+    half = Sharing(MPS, thread_percentage=50)
+    specs = daemon_specs(UID, devices, {d.name: half for d in devices}, shared=["gpu-0", "gpu-2"])
+    # sha256(gpu_uuid(0))[:12], sha256(gpu_uuid(2))[:12]: one daemon per shared GPU, whatever claim asks
+    assert [(s.id, s.devices, s.full_gpus) for s in specs] == [
+        ("gpu-c3a6e328500d", ("gpu-0",), (gpu_uuid(0),)),
+        (f"{UID}-3af14", ("gpu-1",), (gpu_uuid(1),)),  # held whole: NVIDIA's per-claim daemon
+        ("gpu-4844d43f7835", ("gpu-2",), (gpu_uuid(2),)),
+    ]
+    assert daemon_id(UID, [gpu_uuid(1)]) == f"{UID}-3af14"
+    other = daemon_specs("another-claim", devices[:1], {"gpu-0": half}, shared=["gpu-0"])
+    assert [s.id for s in other] == ["gpu-c3a6e328500d"]
+
+
+def test_the_daemon_id_is_not_part_of_the_config_two_sharers_compare() -> None:
+    recorded = {
+        "strategy": "MPS",
+        "defaultActiveThreadPercentage": 50,
+        "mpsControlDaemon": "gpu-c3a6e328500d",
+    }
+    assert config_of(recorded) == {"strategy": "MPS", "defaultActiveThreadPercentage": 50}
+    assert config_of(None) is None
+
+
+async def test_the_supervisor_stops_an_unheld_daemon_started_here_and_keeps_a_held_one(
+    tmp_path: Path,
+) -> None:
+    """An unheld daemon whose directory is on this node (a sharer's Prepare rolled back) is stopped as
+    Unprepare stops it; one no directory names is deleted by UID; a held one is left alone."""
+    preparer, _ = make(tmp_path)
+    base = "/apis/apps/v1/namespaces/nvidia-dra/deployments"
+    listed = [
+        {"metadata": {"name": f"mps-control-daemon-{d}", "uid": f"uid-{d}"},
+         "spec": {"template": {"spec": {"nodeName": "node-a"}}}}
+        for d in ("gpu-c3a6e328500d", "gpu-4844d43f7835", "gpu-000000000000")
+    ]  # fmt: skip
+    api = FakeApi({base: {"items": listed}})
+    manager = daemons(tmp_path / "plugin", api, [])
+    smi_log = tmp_path / "smi.log"
+    fake_smi.install(tmp_path / "plugin" / "driver-root", smi_log)
+    for daemon, gpu in (("gpu-c3a6e328500d", 0), ("gpu-4844d43f7835", 2)):
+        dirs = manager.dirs(daemon)
+        dirs.pipe.mkdir(parents=True)
+        (dirs.root / "daemon.json").write_text(json.dumps({"deployment": {}, "fullGpus": [gpu_uuid(gpu)]}))
+    held = {"gpu-2": {"strategy": "MPS", "mpsControlDaemon": "gpu-4844d43f7835"}}
+    preparer.checkpoint.put(PreparedClaim("u1", "default", "c1", COMPLETED, (), held))
+    await keep_once(preparer, manager)
+    assert [c for c in api.calls if c[0] == "DELETE"] == [
+        ("DELETE", f"{base}/mps-control-daemon-gpu-000000000000"),  # by UID: nothing of it here
+        ("DELETE", f"{base}/mps-control-daemon-gpu-c3a6e328500d"),  # stopped
+    ]
+    assert fake_smi.compute_modes(smi_log) == {gpu_uuid(0): "DEFAULT"}
+    assert not manager.dirs("gpu-c3a6e328500d").root.exists()
+    assert manager.dirs("gpu-4844d43f7835").root.exists()

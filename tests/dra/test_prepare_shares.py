@@ -14,7 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubegpu.dra.checkpoint import Checkpoint
+from kubegpu.dra.prepare import Preparer
+from kubegpu.node.nvml import fake_smi
 from kubegpu.settings.feature_gates import parse_feature_gates
+from tests.builders import gpu_uuid
+from tests.dra.test_mps_daemon import FakeApi, daemons
 from tests.dra.test_prepare import allocated, make, ref
 
 GATES = parse_feature_gates("ConsumableShares=true,TimeSlicingSettings=true")
@@ -89,3 +93,60 @@ def test_no_sequence_of_claims_prepares_a_device_for_two_that_may_not_share_it(
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="kg-shares-") as root:
         asyncio.run(play(Path(root), ops))
+
+
+# ---- MPS on a shared GPU: one daemon for the device, stopped with its last holder ------------------------
+
+
+def mps_sharer(name: str, uid: str) -> dict[str, Any]:
+    obj = allocated(name, uid, ["gpu-0"], config=[{"source": "FromClaim", "requests": ["gpu"], "opaque": {
+        "driver": "gpu.nvidia.com", "parameters": {"apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}}}])  # fmt: skip
+    result = obj["status"]["allocation"]["devices"]["results"][0]
+    result.update(shareID=str(uuid.uuid4()), consumedCapacity={"memory": "1Gi"})
+    return obj
+
+
+def with_mps(preparer: Preparer, root: Path) -> FakeApi:
+    """MPSSupport on, against an API server whose daemon is always ready; the daemons' calls recorded."""
+    name = "/apis/apps/v1/namespaces/nvidia-dra/deployments/mps-control-daemon-gpu-c3a6e328500d"
+    pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": [{"ready": True}]}}
+    api = FakeApi(
+        {name: {"status": {"readyReplicas": 1}}, "/api/v1/namespaces/nvidia-dra/pods": {"items": [pod]}}
+    )
+    fake_smi.install(root / "plugin" / "driver-root", root / "smi.log")
+    preparer.gates, preparer.shares = parse_feature_gates("ConsumableShares=true,MPSSupport=true"), "memory"
+    preparer.mps = daemons(root / "plugin", api, [])
+    return api
+
+
+async def test_a_shared_daemon_is_kept_while_an_orphan_spec_names_its_device(tmp_path: Path) -> None:
+    """After a lost checkpoint entry, a claim known only from its CDI spec may still use the device's
+    daemon: unpreparing the other sharer keeps it; once nobody holds the device it is stopped."""
+    preparer, reader = make(tmp_path)
+    with_mps(preparer, tmp_path)
+    for name in ("a", "b"):
+        reader.objects[name] = mps_sharer(name, f"u-{name}")
+        assert (await preparer.prepare([ref(name, f"u-{name}")]))[f"u-{name}"].error == ""
+    daemon_dir = tmp_path / "plugin" / "mps" / "gpu-c3a6e328500d"  # sha256(gpu_uuid(0))[:12]
+    assert daemon_dir.is_dir()
+    preparer.checkpoint.remove("u-b")  # b's entry lost, its spec left: an orphan to the next process
+
+    restarted, _ = make(tmp_path)
+    api = with_mps(restarted, tmp_path)
+    assert (await restarted.unprepare([ref("a", "u-a")]))["u-a"] == ""
+    assert restarted.orphans == {"u-b": ("gpu-0",)}
+    assert [c for c in api.calls if c[0] == "DELETE"] == []
+    assert daemon_dir.is_dir()
+    assert fake_smi.compute_modes(tmp_path / "smi.log") == {gpu_uuid(0): "EXCLUSIVE_PROCESS"}
+
+    again, reader = make(tmp_path / "second")
+    api = with_mps(again, tmp_path / "second")
+    for name in ("a", "b"):
+        reader.objects[name] = mps_sharer(name, f"u-{name}")
+        assert (await again.prepare([ref(name, f"u-{name}")]))[f"u-{name}"].error == ""
+    assert (await again.unprepare([ref("a", "u-a")]))["u-a"] == ""
+    assert [c for c in api.calls if c[0] == "DELETE"] == []  # b holds it
+    assert (await again.unprepare([ref("b", "u-b")]))["u-b"] == ""
+    assert [c[0] for c in api.calls if c[0] == "DELETE"] == ["DELETE"]
+    assert fake_smi.compute_modes(tmp_path / "second" / "smi.log") == {gpu_uuid(0): "DEFAULT"}

@@ -13,9 +13,10 @@ compute modes back to DEFAULT, shm unmounted, the directory removed.
 `ensure(id)` re-creates a held daemon's Deployment from its record when it is gone (`mps_supervise`).
 
 On a simulated node (the fake NVML) shm stays a plain directory and the log says so: mounting a tmpfs there
-would need root and would outlive a test. This module is the interface a per-GPU daemon shared by several
-claims (ConsumableShares) can reuse: a `DaemonSpec` names the devices and config, `cdi_edits` takes the
-per-client env.
+would need root and would outlive a test. With ConsumableShares a device's daemon is shared by the claims
+holding a share of it (`daemon_specs(shared=...)`): `start` by a later sharer keeps its shm mounted and its
+Deployment as they are, `cdi_edits` adds each client's limits; who still holds it is the checkpoint's to say
+(`held_daemons`), so `dra.prepare` stops it only with its last holder.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from kubegpu.dra.mps_deployment import (
     deployment,
     deployment_name,
     node_of,
+    shared_daemon_id,
 )
 from kubegpu.dra.nvidia_smi import NvidiaSmi, NvidiaSmiError
 from kubegpu.node import mps_shm
@@ -77,17 +79,23 @@ MULTI_USER_CAPABILITY = (7, 0)
 
 
 def daemon_specs(
-    claim_uid: str, devices: Sequence[DraDevice], sharing: Mapping[str, Sharing | None]
+    claim_uid: str,
+    devices: Sequence[DraDevice],
+    sharing: Mapping[str, Sharing | None],
+    shared: Sequence[str] = (),
 ) -> list[DaemonSpec]:
-    """One daemon per MPS config of the claim, over the devices it applies to (NVIDIA's grouping).
-    ConfigError (NVIDIA's text) when multiUser is asked of a GPU below compute capability 7.0."""
-    groups: dict[Sharing, list[DraDevice]] = {}
+    """One daemon per MPS config of the claim, over the devices it applies to (NVIDIA's grouping); a device
+    in `shared` (held as a share, ConsumableShares) gets the daemon of that device instead, which every
+    claim sharing it uses (`shared_daemon_id`). ConfigError (NVIDIA's text) when multiUser is asked of a GPU
+    below compute capability 7.0."""
+    groups: dict[tuple[Sharing, str], list[DraDevice]] = {}
     for device in devices:
         config = sharing.get(device.name)
         if config is not None and config.strategy == MPS:
-            groups.setdefault(config, []).append(device)
+            name = shared_daemon_id(device.kind, device.uuid) if device.name in shared else ""
+            groups.setdefault((config, name), []).append(device)
     out = []
-    for config, members in groups.items():
+    for (config, name), members in groups.items():
         full = [d.gpu for d in members if d.mig is None]
         if config.multi_user:
             for gpu in full:
@@ -104,9 +112,18 @@ def daemon_specs(
                 tuple(d.uuid for d in members),
                 tuple(g.uuid for g in full),
                 config,
+                name,
             )
         )
     return out
+
+
+def config_of(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A checkpointed sharing summary without the daemon's ID: the config as a claim asked for it, which is
+    what decides whether two claims may share a device."""
+    if summary is None:
+        return None
+    return {key: v for key, v in summary.items() if key != SUMMARY_KEY}
 
 
 def held_daemons(sharing_summaries: Iterable[Mapping[str, Any]]) -> set[str]:
@@ -184,7 +201,10 @@ class MpsDaemons:
             write_atomic(dirs.root / RECORD, (json.dumps(body, indent=2) + "\n").encode())
         except OSError as err:
             raise MpsError(f"error creating the MPS control daemon directories {dirs.root}: {err}") from None
-        self._mount_shm(dirs.shm)
+        if spec.name and not self.simulated and mps_shm.is_mount_point(dirs.shm):
+            log.info("MPS shm %s is mounted already: kept for the daemon's other clients", dirs.shm)
+        else:  # NVIDIA's: a per-claim daemon's shm is mounted afresh (what was there unmounted)
+            self._mount_shm(dirs.shm)
         for uuid in spec.full_gpus:
             try:
                 self.smi.compute_mode(uuid, EXCLUSIVE_PROCESS)

@@ -5,6 +5,10 @@ Pure data, no I/O (`mps_daemon` acts on it). NVIDIA's names and shapes (`sharing
 
 - ID `<claim UID>-<first 5 hex digits of sha256(comma-joined sorted device UUIDs)>`, one per claim and
   config (the devices of a claim that share one MPS config);
+- beyond NVIDIA, with ConsumableShares (claims sharing a device by memory): one daemon per device, shared by
+  every claim that holds a share of it, ID `<gpu|mig>-<first 12 hex digits of sha256(device UUID)>`
+  (`shared_daemon_id`): a GPU in EXCLUSIVE_PROCESS serves one MPS server, so per-claim daemons cannot
+  share it. The ID names the device, not a claim, so it is stable and any sharer finds it;
 - host directories `<plugin dir>/mps/<id>/{pipe,shm,log}`;
 - Deployment `mps-control-daemon-<id>` in `--namespace`, label `app=<name>`, 1 replica, pinned to the node,
   hostPID, privileged, image `--image-name`; its container starts `nvidia-cuda-mps-control -d` (`-M` for
@@ -45,6 +49,11 @@ def daemon_id(claim_uid: str, uuids: Sequence[str]) -> str:
     return f"{claim_uid}-{digest[:5]}"
 
 
+def shared_daemon_id(kind: str, uuid: str) -> str:
+    """The ID of the daemon every claim holding a share of the device `uuid` uses (`kind`: gpu or mig)."""
+    return f"{kind}-{hashlib.sha256(uuid.encode()).hexdigest()[:12]}"
+
+
 def deployment_name(daemon: str) -> str:
     return NAME_PREFIX + daemon
 
@@ -81,8 +90,8 @@ class DaemonSpec:
     uuids: tuple[str, ...]  # every device of the group (GPU or MIG UUIDs)
     full_gpus: tuple[str, ...]  # the full GPUs among them: their compute mode goes EXCLUSIVE_PROCESS
     config: Sharing
-    # The daemon's ID when not NVIDIA's per-claim one (a daemon per GPU shared by several claims would name
-    # itself); empty: `daemon_id(claim_uid, uuids)`.
+    # The daemon's ID when not NVIDIA's per-claim one: a device's daemon shared by the claims holding a share
+    # of it (`shared_daemon_id`); empty: `daemon_id(claim_uid, uuids)`.
     name: str = ""
 
     @property

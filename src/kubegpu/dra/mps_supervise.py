@@ -6,9 +6,12 @@ left), as one pass:
 2. under the node-wide lock (the checkpoint as the last holder left it), each daemon a prepared claim holds
    (its ID in the claim's checkpointed sharing) whose Deployment is missing is re-created from its record
    (someone deleted it; logged);
-3. a listed Deployment no prepared claim holds is deleted, by UID (a claim prepared again meanwhile has a new
-   one), and only while the driver knows every claim it prepared: after a lost checkpoint, not before the
-   claims are rebuilt from the API server (`rebuild`), since one of them may hold it.
+3. a listed Deployment no prepared claim holds is deleted, still under the lock (a device's daemon shared by
+   several claims keeps its ID: a claim joining it would hold the Deployment listed), by UID, or stopped
+   as Unprepare stops it (compute mode DEFAULT, its directory removed) when it was started on this node
+   (a claim whose Prepare was rolled back); and only while the driver knows every claim it prepared:
+   after a lost checkpoint, not before the claims are rebuilt from the API server (`rebuild`), since one
+   of them may hold it.
 Nothing a claim holds is destroyed; nothing none holds is left.
 """
 
@@ -20,7 +23,7 @@ import logging
 from kubegpu.common.log_throttle import LogThrottle
 from kubegpu.dra.api_errors import ApiError
 from kubegpu.dra.mps_daemon import MpsDaemons, MpsError, held_daemons
-from kubegpu.dra.mps_deployment import deployment_name
+from kubegpu.dra.mps_deployment import NAME_PREFIX, deployment_name
 from kubegpu.dra.node_lock import LockTimeout
 from kubegpu.dra.prepare import Preparer
 
@@ -37,13 +40,20 @@ async def keep_once(preparer: Preparer, daemons: MpsDaemons) -> None:
         for daemon in sorted(held):
             if deployment_name(daemon) not in listed:
                 await asyncio.to_thread(daemons.ensure, daemon)
-        settled = preparer.lost is None and not preparer.orphans
-    if not settled:
-        return
-    names = {deployment_name(d) for d in held}
-    for name, uid in sorted(listed.items()):
-        if name not in names:
-            await asyncio.to_thread(daemons.delete_orphan, name, uid)
+        if preparer.lost is not None or preparer.orphans:
+            return
+        # Under the lock: a device's shared daemon keeps its ID, and a claim joining it meanwhile would
+        # hold the very Deployment (same UID) listed before.
+        names = {deployment_name(d) for d in held}
+        for name, uid in sorted(listed.items()):
+            if name in names:
+                continue
+            daemon = name.removeprefix(NAME_PREFIX)
+            if daemons.dirs(daemon).root.is_dir():  # started here: stopped as Unprepare stops it
+                log.warning("MPS control daemon %s: no prepared claim holds it: stopping it", name)
+                await asyncio.to_thread(daemons.stop, daemon)
+            else:
+                await asyncio.to_thread(daemons.delete_orphan, name, uid)
 
 
 async def keep_forever(preparer: Preparer, daemons: MpsDaemons, period_s: float = PERIOD_S) -> None:

@@ -17,9 +17,14 @@
   two has admin access, and so is a device named by a CDI spec on disk that no checkpoint entry accounts
   for (an orphan: the checkpoint was lost) until the claim is matched with the API server (`rebuild`).
   With ConsumableShares (`shares`), NVIDIA's rule instead: claims may share a device when their configs
-  for it are the same, MPS is refused, and Unprepare leaves a device's time slice and partition to the
+  for it are the same, MPS is refused (beyond NVIDIA, with MPSSupport on: one MPS daemon per device,
+  shared by its sharers), and Unprepare leaves a device's time slice, partition and MPS daemon to the
   claims that still use it. What a shared allocation consumed goes to the workload's env and the claim's
   status (`dra.consumed`).
+
+What is done to the node for one claim (at Prepare, once it is read: its devices checked and set up, its CDI
+spec and checkpoint entry written; at Unprepare: all of it undone) is `dra.claim_devices`' `ClaimDevices`, a
+part of the Preparer.
 """
 
 from __future__ import annotations
@@ -30,24 +35,19 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
-from kubegpu.common.quoting import plain_id
-from kubegpu.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
+from kubegpu.dra.checkpoint import COMPLETED, Checkpoint
 from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
-from kubegpu.dra.claim_cdi import ClaimSpecs, cdi_id
-from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader, Result
-from kubegpu.dra.consumable_shares import MPS_WITH_SHARES, conflict
-from kubegpu.dra.consumed import Consumed, consumed_by, per_device, status_entry
+from kubegpu.dra.claim_cdi import ClaimSpecs
+from kubegpu.dra.claim_devices import ClaimDevices, Outcome, not_this_claim
+from kubegpu.dra.claims import RETRY, AllocatedClaim, ClaimError, ClaimReader
 from kubegpu.dra.devices import DraDevice
 from kubegpu.dra.dynamic_mig import DynamicMig
-from kubegpu.dra.gpuconfig import MPS, ConfigError, Sharing, sharing_of
-from kubegpu.dra.mps_daemon import SUMMARY_KEY, MpsDaemons, daemon_specs, held_daemons
-from kubegpu.dra.mps_deployment import DaemonSpec
+from kubegpu.dra.gpuconfig import ConfigError
+from kubegpu.dra.mps_daemon import MpsDaemons
 from kubegpu.dra.node_lock import LockTimeout, NodeLock
-from kubegpu.dra.sharing_gates import check_strategy
-from kubegpu.dra.timeslicing import TimeSliceError, TimeSlicer, time_sliced_uuids
+from kubegpu.dra.timeslicing import TimeSlicer
 from kubegpu.node.inventory import Inventory
 from kubegpu.settings.feature_gates import DEFAULT_GATES, FeatureGates
 
@@ -59,38 +59,11 @@ READS_PER_CALL = 2  # so that one call with many claims leaves threads for the o
 StatusWriter = Callable[[AllocatedClaim, list[dict[str, Any]]], None]
 
 
-class DeviceBusy(ClaimError):
-    kind = "busy"
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    devices: tuple[PreparedDevice, ...] = ()
-    error: str = ""
-    kind: str = ""  # the class of failure (a Failure kind) when `error` is set
-
-
 def _failed(failure: Failure) -> Outcome:
     return Outcome(error=failure.message, kind=failure.kind)
 
 
-@dataclass(frozen=True, slots=True)
-class _Staged:
-    """A claim half-way through Prepare: recorded PrepareStarted, its MIG devices and MPS daemons started;
-    left: (the daemons' readiness,) the CDI spec and PrepareCompleted."""
-
-    claim: AllocatedClaim
-    what: str
-    inventory: Inventory
-    devices: list[DraDevice]
-    prepared: tuple[PreparedDevice, ...]
-    summary: dict[str, Any]
-    sharing: dict[str, Sharing | None]
-    daemons: tuple[DaemonSpec, ...] = ()
-    consumed: list[tuple[Result, Consumed]] = field(default_factory=list)
-
-
-class Preparer:
+class Preparer(ClaimDevices):
     def __init__(
         self,
         *,
@@ -280,7 +253,7 @@ class Preparer:
         if known is None:
             return False
         if (known.namespace, known.name) != (ref.namespace, ref.name):
-            out[ref.uid] = _failed(_not_this_claim(ref, known, "nothing was prepared"))
+            out[ref.uid] = _failed(not_this_claim(ref, known, "nothing was prepared"))
             return True
         if known.state == COMPLETED:
             log.debug("%s (%s) is already prepared", ref.describe(), ref.uid)
@@ -348,139 +321,6 @@ class Preparer:
         re-prepares claims whose pods already run (`rebuild`)."""
         return self._complete(self._stage(claim))
 
-    @staticmethod
-    def _wait_ready(mps: MpsDaemons, staged: _Staged) -> None:
-        try:
-            for daemon in staged.daemons:
-                mps.wait_ready(daemon.id)
-        except ClaimError as err:  # the Deployment stays: the kubelet's retry finds it further along
-            raise type(err)(f"{staged.what}: {err}") from None
-
-    def _stage(self, claim: AllocatedClaim) -> _Staged:
-        what = f"claim {plain_id(claim.namespace)}/{plain_id(claim.name)}"
-        inventory, table = self.devices()
-        picked: list[DraDevice] = []
-        for result in claim.results:
-            if result.pool != self.node_name:
-                raise ClaimError(
-                    f"{what}: device {result.device} was allocated from pool {result.pool}, this node's pool "
-                    f"is {self.node_name}"
-                )
-            device = table.get(result.device)
-            if device is None:
-                raise ClaimError(
-                    f"{what}: device {result.device} is not published by this node (it publishes "
-                    f"{', '.join(table) or 'no devices'})"
-                )
-            picked.append(device)
-        sharing = sharing_of(claim, picked, self.driver_name)
-        for chosen in sharing.values():
-            if chosen is not None:
-                if self.shares is not None and chosen.strategy == MPS:
-                    raise ConfigError(MPS_WITH_SHARES)
-                check_strategy(chosen, self.gates)  # NVIDIA's gates: MPS and time-slicing need theirs
-        for result in claim.results:
-            if not result.admin_access:
-                config = _summary(sharing.get(result.device))
-                self._check_free(what, claim.uid, result.device, config, result.share_id)
-        if self.timeslicer is not None:  # before anything is recorded: a failure leaves nothing behind
-            self.timeslicer.apply(claim.uid, [r.request for r in claim.results], picked, sharing)
-        prepared = tuple(
-            PreparedDevice(
-                (result.request_name,),
-                result.pool,
-                result.device,
-                (cdi_id(self.driver_name, claim.uid, result.device),),
-                result.admin_access,
-                result.share_id,
-            )
-            for result in claim.results
-        )
-        summary = {name: s.summary() for name, s in sharing.items() if s is not None}
-        unique = list({d.name: d for d in picked}.values())
-        daemons = daemon_specs(claim.uid, unique, sharing) if self.mps is not None else ()
-        for daemon in daemons:  # recorded with the claim: Unprepare and a restarted driver find them
-            for name in daemon.devices:
-                summary[name] = {**summary[name], SUMMARY_KEY: daemon.id}
-        started = PreparedClaim(claim.uid, claim.namespace, claim.name, STARTED, prepared, summary)
-        if self.partitions is not None:  # DynamicMIG: its MIG devices created (a crash leaves them unheld)
-            unique = self.partitions.prepare(what, unique)
-        consumed = consumed_by(claim.results, {d.name: d for d in unique}, self.shares)
-        self.checkpoint.put(started)
-        if self.mps is not None:
-            for daemon in daemons:
-                self.mps.start(daemon)
-        return _Staged(claim, what, inventory, unique, prepared, summary, sharing, tuple(daemons), consumed)
-
-    def _complete(self, staged: _Staged) -> Outcome:
-        claim, what, prepared, summary = staged.claim, staged.what, staged.prepared, staged.summary
-        consumed = staged.consumed
-        edits: dict[str, dict[str, list[Any]]] = {
-            name: {"env": list(c.env())} for name, c in per_device(consumed).items()
-        }
-        if self.mps is not None:
-            for daemon in staged.daemons:
-                for name in daemon.devices:
-                    for key, more in self.mps.cdi_edits(daemon.id).items():
-                        edits.setdefault(name, {}).setdefault(key, []).extend(more)
-        self.specs.write(claim.uid, staged.devices, staged.inventory, staged.sharing, edits)
-        self.checkpoint.put(
-            PreparedClaim(claim.uid, claim.namespace, claim.name, COMPLETED, prepared, summary)
-        )
-        self.orphans.pop(claim.uid, None)
-        self.orphan_sharing.pop(claim.uid, None)
-        if consumed:
-            entries = [status_entry(self.driver_name, r.pool, r.device, c) for r, c in consumed]
-            self._statuses[claim.uid] = (claim, entries)
-        log.info(
-            "prepared %s (%s): %s",
-            what,
-            claim.uid,
-            ", ".join(f"{d.device} for {d.request_names[0]}" for d in prepared),
-        )
-        for name, config in summary.items():
-            log.info("%s: device %s shared by %s", what, name, config)
-        return Outcome(prepared)
-
-    def sharing_summary(self, claim: AllocatedClaim) -> dict[str, Any]:
-        """The claim's configs by device, as its checkpoint entry records them; ConfigError."""
-        _, table = self.devices()
-        picked = [table[r.device] for r in claim.results if r.device in table]
-        if len(picked) != len(claim.results):
-            raise ConfigError(f"claim {claim.namespace}/{claim.name}: a device is not published here")
-        summaries = {n: _summary(s) for n, s in sharing_of(claim, picked, self.driver_name).items()}
-        return {name: summary for name, summary in summaries.items() if summary is not None}
-
-    def _check_free(
-        self, what: str, uid: str, device: str, config: dict[str, Any] | None, share_id: str | None
-    ) -> None:
-        """DeviceBusy when another claim holds `device`: prepared for it (checkpoint), or named by its
-        CDI spec while the checkpoint that recorded it is lost (an orphan). With ConsumableShares, NVIDIA's
-        rule: another claim may hold it when its config for the device (`config`: a checkpoint summary, None
-        without one) is the same; an orphan only once its config is known. Beyond NVIDIA, only shares share:
-        a device allocated whole (no shareID, e.g. before the mode was turned on) is never shared."""
-        for other in self.checkpoint.holders(device, uid):
-            if self.shares is not None and share_id is not None and _shared(other, device):
-                if other.sharing.get(device) == config:
-                    continue
-                raise DeviceBusy(conflict(uid, device, other.uid))
-            raise DeviceBusy(
-                f"{what}: device {device} is already prepared for claim {other.namespace}/{other.name} "
-                f"({other.uid})"
-            )
-        for other_uid, held in self.orphans.items():
-            if other_uid != uid and device in held:
-                known = self.orphan_sharing.get(other_uid)
-                if self.shares is not None and share_id is not None and known is not None:
-                    if known.get(device) == config:
-                        continue
-                    raise DeviceBusy(conflict(uid, device, other_uid))
-                raise DeviceBusy(
-                    f"{what}: device {device} may be in use by claim {other_uid}: its CDI spec is on disk "
-                    f"but the checkpoint entry is lost and the API server has not yet confirmed the claim; "
-                    f"{RETRY}"
-                )
-
     # ---- Unprepare ---------------------------------------------------------------------------------------
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
@@ -500,59 +340,6 @@ class Preparer:
         self.failures.report("NodeUnprepareResources", len(claims), failures)
         return {c.uid: failures[c.uid].message if c.uid in failures else "" for c in claims}
 
-    def _unprepare_one(self, ref: ClaimRef) -> Failure | None:
-        known = self.checkpoint.claims.get(ref.uid)
-        if known is not None and (known.namespace, known.name) != (ref.namespace, ref.name):
-            return _not_this_claim(ref, known, "nothing was unprepared")
-        orphan = ref.uid in self.orphans
-        if self.lost is not None:
-            self.released.add(ref.uid)
-        if known is None and not orphan:
-            log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
-            return None
-        # With shares, what another claim still uses keeps its time slice and partition (NVIDIA's rule).
-        shared = self._used_by_others(ref.uid) if self.shares is not None else set()
-        try:
-            if self.timeslicer is not None and known is not None:
-                sliced = {name: s for name, s in known.sharing.items() if name not in shared}
-                self.timeslicer.reset(ref.uid, time_sliced_uuids(sliced, self.devices()[1]))
-            if self.mps is not None:  # its daemons: from the checkpoint, or their directories (an orphan)
-                daemons = held_daemons([known.sharing]) if known else set()
-                for daemon in sorted(daemons | self.mps.of_claim(ref.uid)):
-                    self.mps.stop(daemon)
-            if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
-                held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
-                self.partitions.destroy([d for d in held if d not in shared], self.devices()[0])
-            self.specs.remove(ref.uid)
-            self.checkpoint.remove(ref.uid)
-        except TimeSliceError as err:
-            return Failure(err.kind, str(err))
-        except ClaimError as err:
-            return Failure(err.kind, f"{ref.describe()}: error unpreparing devices: {err}")
-        except OSError as err:
-            message = f"{ref.describe()}: cannot remove {err.filename or 'a file'}: {err.strerror}"
-            log.error("%s", message)
-            return Failure("io", message)
-        self.orphans.pop(ref.uid, None)
-        self.orphan_sharing.pop(ref.uid, None)
-        if shared:
-            mine = {d.device for d in known.devices} if known else set(self.orphans.get(ref.uid, ()))
-            for device in sorted(mine & shared):
-                log.info("%s: device %s is still used by another claim: kept", ref.describe(), device)
-        log.info(
-            "unprepared %s (%s)%s",
-            ref.describe(),
-            ref.uid,
-            " (known from its CDI spec only)" if orphan else "",
-        )
-        return None
-
-    def _used_by_others(self, uid: str) -> set[str]:
-        """The devices a claim other than `uid` holds: prepared (checkpoint) or named by an orphan's spec."""
-        held = {d.device for c in self.checkpoint.claims.values() if c.uid != uid for d in c.devices}
-        held.update(d for other, devices in self.orphans.items() if other != uid for d in devices)
-        return held
-
     def forget_orphan(self, uid: str, why: str) -> None:
         """Remove an orphan's spec: the API server says its claim is not (any more) prepared here."""
         self.specs.remove(uid)
@@ -560,20 +347,3 @@ class Preparer:
         self.orphan_sharing.pop(uid, None)
         self.settled["removed"] += 1
         log.info("removed the CDI spec of claim %s, prepared before the checkpoint was lost: %s", uid, why)
-
-
-def _not_this_claim(ref: ClaimRef, known: PreparedClaim, outcome: str) -> Failure:
-    return Failure(
-        "mismatch",
-        f"{ref.describe()}: UID {plain_id(ref.uid)} belongs to claim {known.namespace}/{known.name} on this "
-        f"node, not to this one; {outcome}",
-    )
-
-
-def _shared(claim: PreparedClaim, device: str) -> bool:
-    """Whether the claim holds `device` as a share (not whole)."""
-    return all(d.share_id is not None for d in claim.devices if d.device == device and not d.admin_access)
-
-
-def _summary(sharing: Sharing | None) -> dict[str, Any] | None:
-    return None if sharing is None else sharing.summary()
