@@ -96,6 +96,8 @@ TARGETS: dict[str, Target] = {
         "kubegpu/settings/plugin.py",
         (
             "tests/settings/test_plugin_settings.py",
+            "tests/settings/test_plugin_resolve.py",  # every field, every refusal's whole text
+            "tests/settings/test_report.py",  # the start-up block
             "tests/allocation/test_allocation_config.py",
             "tests/allocation/test_sharing_resources.py",  # customization, strict config, MPS checks
         ),
