@@ -106,7 +106,13 @@ TARGETS: dict[str, Target] = {
     "reconcile": Target("kubegpu/plugin/reconcile.py", ("tests/plugin/test_reconcile.py",)),
     "values": Target(
         "kubegpu/settings/values.py",
-        ("tests/settings/test_parsers.py", "tests/settings/test_given.py", "tests/settings/test_table.py"),
+        (
+            "tests/settings/test_values.py",  # each kind's error, whole; --help's suffix
+            "tests/settings/test_parsers.py",
+            "tests/settings/test_given.py",
+            "tests/settings/test_table.py",
+            "tests/labels/test_settings.py",  # GFD's settings (urfave/cli)
+        ),
     ),
     "xids": Target("kubegpu/node/xids.py", ("tests/node/test_xids.py", "tests/node/test_xid_catalog.py")),
     "preferred": Target(
