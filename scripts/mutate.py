@@ -70,6 +70,14 @@ RELOAD_TESTS = (
 RANDOM_DOCUMENTS = (
     "tests/settings/test_plugin_settings.py::test_random_documents_give_a_config_or_a_clear_error"
 )
+# Prepare and its checkpoint: the driver in this process (each file a few seconds in all), including a
+# Prepare cut short at each step, the checkpoint's copies and the state rebuilt after a restart.
+DRA_PREPARE_TESTS = (
+    "tests/dra/test_prepare.py",
+    "tests/dra/test_prepare_interrupted.py",
+    "tests/dra/test_checkpoint_copies.py",
+    "tests/dra/test_rebuild.py",
+)
 # Smallest first: a run cut short by its budget has still scored the small modules.
 TARGETS: dict[str, Target] = {
     "goparse": Target("kubegpu/settings/goparse.py", ("tests/settings/test_parsers.py",)),
@@ -170,8 +178,8 @@ TARGETS: dict[str, Target] = {
         RELOAD_TESTS,
         functions=tuple(f"{SERVING}{f}__mutmut_*" for f in ("take", "faults_changed", "build_served")),
     ),
-    "dra-checkpoint": Target("kubegpu/dra/checkpoint.py", ("tests/dra/test_prepare.py",), preliminary=True),
-    "dra-prepare": Target("kubegpu/dra/prepare.py", ("tests/dra/test_prepare.py",), preliminary=True),
+    "dra-checkpoint": Target("kubegpu/dra/checkpoint.py", DRA_PREPARE_TESTS, preliminary=True),
+    "dra-prepare": Target("kubegpu/dra/prepare.py", DRA_PREPARE_TESTS, preliminary=True),
 }
 
 KILLED = {"killed", "timeout", "caught by type check"}
