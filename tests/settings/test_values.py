@@ -156,3 +156,10 @@ def test_help_says_env_vars_default_and_bounds() -> None:
 def test_a_list_is_written_comma_separated() -> None:
     hooks = lookup(PLUGIN, "cdi-disable-hooks")
     assert text_of(hooks, ["create-symlinks", "update-ldcache"]) == "create-symlinks,update-ldcache"
+
+
+def test_an_nvidia_path_left_blank_is_refused_in_urfaves_frame() -> None:
+    assert error_of(DRA, {"CDI_ROOT": "  "}) == (
+        'could not parse "  " as path value from environment variable "CDI_ROOT" for flag cdi-root: '
+        "use a non-empty path"
+    )

@@ -247,7 +247,7 @@ def _nvidia_error_text(setting: Setting, shown: str, origin: str, fix: str) -> s
         return f"could not parse {quoted} from {_env_source(origin)} as value for flag {setting.name}: {fix}"
     if syntax is not None and unparsable:
         fix = f"strconv.{syntax[1]}: parsing {quoted}: invalid syntax"
-    go_type = {"float": "float64", "int": "int"}.get(setting.kind, setting.kind)
+    go_type = {"float": "float64"}.get(setting.kind, setting.kind)  # (Go's int is int)
     source = _env_source(origin)
     return f"could not parse {quoted} as {go_type} value from {source} for flag {setting.name}: {fix}"
 
