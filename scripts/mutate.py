@@ -73,6 +73,7 @@ RANDOM_DOCUMENTS = (
 # Prepare and its checkpoint: the driver in this process (each file a few seconds in all), including a
 # Prepare cut short at each step, the checkpoint's copies and the state rebuilt after a restart.
 DRA_PREPARE_TESTS = (
+    "tests/dra/test_checkpoint.py",
     "tests/dra/test_prepare.py",
     "tests/dra/test_prepare_interrupted.py",
     "tests/dra/test_checkpoint_copies.py",
