@@ -123,7 +123,14 @@ TARGETS: dict[str, Target] = {
             "tests/labels/test_settings.py",  # GFD's settings (urfave/cli)
         ),
     ),
-    "xids": Target("kubegpu/node/xids.py", ("tests/node/test_xids.py", "tests/node/test_xid_catalog.py")),
+    "xids": Target(
+        "kubegpu/node/xids.py",
+        (
+            "tests/node/test_xids.py",
+            "tests/node/test_xid_catalog.py",
+            "tests/node/test_health.py",  # the classifier built from KUBEGPU_XID_ACTIONS
+        ),
+    ),
     "preferred": Target(
         "kubegpu/allocation/preferred.py",
         ("tests/allocation/test_preferred.py",),
