@@ -82,8 +82,6 @@ DRA_PREPARE_TESTS = (
     "tests/dra/test_prepare_interrupted.py",
     "tests/dra/test_checkpoint_copies.py",
     "tests/dra/test_rebuild.py",
-    "tests/dra/test_claim_calls.py",  # every claim of a call answered once
-    "tests/dra/test_dynamic_mig.py",  # partitions prepared and unprepared
 )
 # Smallest first: a run cut short by its budget has still scored the small modules.
 TARGETS: dict[str, Target] = {
@@ -196,7 +194,15 @@ TARGETS: dict[str, Target] = {
         test_timeout_s=10,
     ),
     "dra-checkpoint": Target("kubegpu/dra/checkpoint.py", DRA_PREPARE_TESTS, preliminary=True),
-    "dra-prepare": Target("kubegpu/dra/prepare.py", DRA_PREPARE_TESTS, preliminary=True),
+    "dra-prepare": Target(
+        "kubegpu/dra/prepare.py",
+        (
+            *DRA_PREPARE_TESTS,
+            "tests/dra/test_claim_calls.py",  # every claim of a call answered once
+            "tests/dra/test_dynamic_mig.py",  # partitions prepared and unprepared
+        ),
+        preliminary=True,
+    ),
 }
 
 KILLED = {"killed", "timeout", "caught by type check"}
