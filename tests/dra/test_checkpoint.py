@@ -83,7 +83,7 @@ def test_a_damaged_file_is_read_from_its_copy_and_written_again(
     file.write_bytes(good.replace(b"gpu-0", b"gpu-9", 1))  # the checksum no longer matches
     with caplog.at_level(logging.ERROR, logger=LOG):
         checkpoint = loaded(tmp_path)
-    assert checkpoint.claims == {"u1": CLAIM} and not checkpoint.lost
+    assert checkpoint.claims == {"u1": CLAIM} and checkpoint.lost is False
     (aside,) = tmp_path.glob("checkpoint.json.corrupt-*")
     assert caplog.messages == [
         f"cannot read the DRA checkpoint {file} (moved to {aside}): checksum mismatch (the file was changed "
@@ -186,3 +186,14 @@ def test_the_boot_id_is_read_trimmed_or_empty_with_a_warning(
         f"cannot read the boot ID from {tmp_path / 'missing'}, reboots will not be detected: "
         f"[Errno 2] No such file or directory: '{tmp_path / 'missing'}'"
     ]
+
+
+def test_a_first_save_makes_its_directories_and_a_first_load_is_empty(tmp_path: Path) -> None:
+    checkpoint = Checkpoint(tmp_path / "plugins" / "gpu.nvidia.com" / "checkpoint.json", BOOT)
+    assert not checkpoint.refresh()  # no file, none read before: nothing to read
+    checkpoint.load()
+    assert (checkpoint.claims, checkpoint.stale, checkpoint.lost) == ({}, {}, False)
+    checkpoint.put(CLAIM)
+    again = Checkpoint(checkpoint.path, BOOT)
+    again.load()
+    assert (again.claims, again.stale, again.lost) == ({"u1": CLAIM}, {}, False)
