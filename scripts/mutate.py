@@ -61,6 +61,7 @@ SERVING = "kubegpu.plugin.serving.xǁServingǁ"
 # reloads, and the file watcher can add one under mutmut's load.)
 RELOAD_TESTS = (
     "tests/plugin/test_daemon_faults.py",
+    "tests/plugin/test_daemon_passes.py",
     *(
         f"tests/plugin/test_daemon.py::{t}"
         for t in (
