@@ -454,3 +454,13 @@ def test_an_mps_roots_trailing_slash_is_dropped_and_nothing_else() -> None:
         ("/mps/nvidia.com/gpu/pipe", "/run/mps-X/nvidia.com/gpu/pipe"),
         ("/dev/shm", "/run/mps-X/shm"),
     ]
+
+
+def test_one_container_over_the_node_gets_the_per_container_text() -> None:
+    four = build_resources(make_inventory(4))[0]
+    with pytest.raises(AllocationRequestError) as err:
+        validate_allocate(four, [[gpu_uuid(0)] * 5])
+    assert str(err.value) == (
+        'invalid allocation request for "nvidia.com/gpu": invalid request: 5 devices requested but this node '
+        "advertises only 4 for nvidia.com/gpu"
+    )
