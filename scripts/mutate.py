@@ -312,7 +312,7 @@ def report(names: list[str], *, markdown: bool = False) -> int:
         unchecked = counts["not checked"]
         scored = len(found) - unchecked - equivalent  # a run cut short scores what it checked
         score = 100.0 * killed / scored if scored else float("nan")
-        note = "preliminary" if target.preliminary else ""
+        note = "preliminary" if target.preliminary else "its reload path" if target.functions else ""
         if unchecked:
             note = ", ".join(filter(None, [note, f"{unchecked} not checked"]))
         if not target.preliminary and not score >= 90.0:
