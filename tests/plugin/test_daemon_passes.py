@@ -93,6 +93,8 @@ async def test_an_apply_that_fails_part_way_ends_the_daemon_with_1(
         assert lines(caplog, logging.CRITICAL) == [
             "applying the rediscovery failed part-way; exiting to be restarted"
         ]
+        (critical,) = [r for r in caplog.records if r.levelno == logging.CRITICAL]
+        assert critical.exc_info is not None and isinstance(critical.exc_info[1], OSError)  # the traceback
         assert n.counter("kubegpu_config_reloads_total", result="applied") == 0
 
 
@@ -110,4 +112,22 @@ async def test_a_rediscovery_asked_for_during_a_pass_is_not_dropped_by_a_later_r
         await asyncio.gather(running, rediscovery, refresh)
         # The running refresh, then one pass for both requests: it must rediscover.
         assert caplog.text.count("discovered 8 GPU(s)") == discovered + 1
+        assert await n.stop() == 0
+
+
+async def test_a_reload_says_in_one_line_what_changed_and_what_is_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n")
+        await n.daemon.reload()
+        # (The file watcher may reload once more on the write: the first line is this reload's.)
+        done = [line for line in lines(caplog, logging.INFO) if line.startswith("reload complete")]
+        assert done[0] == (
+            'reload complete: config changed: flags.plugin.deviceIDStrategy "uuid" -> "index"; served: '
+            "nvidia.com/gpu: update (options)"
+        )
         assert await n.stop() == 0
