@@ -445,3 +445,22 @@ def test_our_checks_come_only_after_every_container_passed_nvidias() -> None:
         f"device '{gpu_uuid(1)}' requested more than once"
     )
     validate_allocate(RESOURCE, [[gpu_uuid(0)], [gpu_uuid(1), gpu_uuid(2)]])
+
+
+def test_an_mps_roots_trailing_slash_is_dropped_and_nothing_else() -> None:
+    out = allocate_container(mps_resource(), [f"{gpu_uuid(1)}::3"], AllocateOptions(mps_root="/run/mps-X/"))
+    assert out.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+    assert [(m.container_path, m.host_path) for m in out.mounts] == [
+        ("/mps/nvidia.com/gpu/pipe", "/run/mps-X/nvidia.com/gpu/pipe"),
+        ("/dev/shm", "/run/mps-X/shm"),
+    ]
+
+
+def test_one_container_over_the_node_gets_the_per_container_text() -> None:
+    four = build_resources(make_inventory(4))[0]
+    with pytest.raises(AllocationRequestError) as err:
+        validate_allocate(four, [[gpu_uuid(0)] * 5])
+    assert str(err.value) == (
+        'invalid allocation request for "nvidia.com/gpu": invalid request: 5 devices requested but this node '
+        "advertises only 4 for nvidia.com/gpu"
+    )

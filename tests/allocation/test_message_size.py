@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kubegpu.allocation.message_size import device_bytes, max_replicas, replicas_bytes
-from kubegpu.allocation.resources import ResourceError, ResourceOptions, build_resources
+from kubegpu.allocation.resources import Device, ResourceError, ResourceOptions, build_resources
 from kubegpu.api.v1beta1 import api_pb2
-from kubegpu.settings.nvidia_sharing import ReplicatedResource, SharingStrategy
+from kubegpu.settings.nvidia_sharing import ReplicatedDevices, ReplicatedResource, SharingStrategy
 from tests.allocation.test_sharing_resources import inventory
+from tests.builders import make_inventory
 
 KUBELET_LIMIT = 4194304  # grpc: received message larger than max (... vs. 4194304), kubernetes#109304
 
@@ -71,7 +73,12 @@ def test_replicas_the_kubelet_cannot_read_are_refused_before_they_are_built(repl
 def test_the_largest_replica_count_that_fits_is_served_and_fits_even_when_all_unhealthy() -> None:
     (resource,) = build_resources(inventory("dgx-a100"), sharing(7960))
     assert len(resource.devices) == 8 * 7960
-    response = api_pb2.ListAndWatchResponse(
+    assert listed(resource.devices) <= KUBELET_LIMIT
+
+
+def listed(devices: tuple[Device, ...]) -> int:
+    """The encoded ListAndWatch response of these devices, every one Unhealthy (the longer health text)."""
+    return api_pb2.ListAndWatchResponse(
         devices=[
             api_pb2.Device(
                 ID=d.id,
@@ -80,7 +87,40 @@ def test_the_largest_replica_count_that_fits_is_served_and_fits_even_when_all_un
                 if d.numa_node is None
                 else api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=d.numa_node)]),
             )
-            for d in resource.devices
+            for d in devices
         ]
+    ).ByteSize()
+
+
+def test_a_list_of_exactly_the_limit_is_served_and_one_byte_more_is_refused() -> None:
+    # One GPU whose ID is 4194283 bytes long encodes, without a NUMA node, to exactly 4194304 bytes.
+    node = make_inventory(1)
+    exact = replace(node, gpus=(replace(node.gpus[0], uuid="G" * 4194283),))
+    (resource,) = build_resources(exact)
+    assert listed(resource.devices) == KUBELET_LIMIT
+    over = replace(node, gpus=(replace(node.gpus[0], uuid="G" * 4194284),))
+    with pytest.raises(ResourceError) as err:
+        build_resources(over)
+    assert str(err.value) == (
+        "nvidia.com/gpu would list 1 devices, 4 MiB in one ListAndWatch message, over the 4 MiB the kubelet "
+        "reads (gRPC's receive limit)"
     )
-    assert response.ByteSize() <= KUBELET_LIMIT
+
+
+def test_the_devices_left_whole_count_against_the_replicas_that_fit() -> None:
+    # dgx-a100: 2 of its 8 GPUs shared under their own name, so 6 whole GPUs are listed next to the replicas.
+    def two_shared(replicas: int) -> ResourceOptions:
+        entry = ReplicatedResource(name="gpu", replicas=replicas, devices=ReplicatedDevices(count=2))
+        return ResourceOptions(sharing_kind="time-slicing", sharing=SharingStrategy(resources=[entry]))
+
+    with pytest.raises(ResourceError) as err:
+        build_resources(inventory("dgx-a100"), two_shared(32000))
+    assert str(err.value) == (
+        "nvidia.com/gpu would list 64006 devices, 4.01 MiB in one ListAndWatch message, over the 4 MiB the "
+        "kubelet reads (gRPC's receive limit); lower replicas to at most 31940 for 2 device(s) on this node"
+    )
+    (resource,) = build_resources(inventory("dgx-a100"), two_shared(31940))
+    assert len(resource.devices) == 6 + 2 * 31940
+    assert listed(resource.devices) <= KUBELET_LIMIT
+    with pytest.raises(ResourceError, match="lower replicas to at most 31940 for 2 device"):
+        build_resources(inventory("dgx-a100"), two_shared(31941))

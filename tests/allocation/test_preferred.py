@@ -19,6 +19,7 @@ from kubegpu.allocation.preferred import (
     pair_score,
     preferred_devices,
     set_score,
+    validate_container_count,
 )
 from kubegpu.allocation.resources import Device, Resource, build_resources
 from kubegpu.node.discovery import discover, nvml_session
@@ -470,3 +471,98 @@ def test_any_request_gets_a_valid_answer_or_a_clear_refusal(
     assert len(out) == len(set(out)) == size
     assert set(out) <= set(available)
     assert out[: len(must)] == must
+
+
+# -- scores, warnings and the greedy path's counts, written out --------------------------------------
+
+
+def test_pair_and_set_scores_are_nvidias_numbers() -> None:
+    links = make_inventory(3, {(0, 1): 2}, level=LinkLevel.NODE).link_map()
+    assert pair_score(None) == 0  # no link information: unconnected
+    assert pair_score(links[(0, 1)]) == 20 + 2 * 100
+    assert pair_score(links[(1, 0)]) == 220
+    assert set_score([0, 1, 2], links) == 220 + 20 + 20
+    assert set_score([0, 2], {}) == 0
+
+
+def test_two_resources_on_one_link_map_keep_their_own_gpus() -> None:
+    # Two resources over disjoint GPUs of one node (e.g. custom names per GPU model) share its link map.
+    inventory = make_inventory(4, {(0, 1): 1, (2, 3): 4})
+    devices = build_resources(inventory)[0].devices
+    low, high = Resource("nvidia.com/low", devices[:2]), Resource("nvidia.com/high", devices[2:])
+    links = inventory.link_map()
+    assert preferred_devices(low, links, [gpu_uuid(0), gpu_uuid(1)], [], 2) == [gpu_uuid(0), gpu_uuid(1)]
+    assert preferred_devices(high, links, [gpu_uuid(3), gpu_uuid(2)], [], 1) == [gpu_uuid(2)]
+
+
+def test_gpus_without_links_are_said_once_with_the_whole_text(caplog: pytest.LogCaptureFixture) -> None:
+    linked, unlinked = make_inventory(2), Inventory(gpus=make_gpus(2), links=())
+    with caplog.at_level(logging.WARNING, logger="kubegpu.allocation.preferred"):
+        assert _choose(linked, [0, 1], [], 1) == [0]  # every GPU linked: nothing to say, nothing said
+        assert caplog.messages == []
+        assert _choose(unlinked, [0, 1], [], 1) == [0]
+        assert caplog.messages == [
+            "no link information for GPU(s) [0, 1] (unreadable or fallen off the bus); scoring them as "
+            "unconnected instead of failing the allocation"
+        ]
+        assert _choose(unlinked, [0, 1], [], 1) == [0]
+    assert len(caplog.messages) == 1
+
+
+def test_a_container_count_over_the_devices_is_refused() -> None:
+    validate_container_count(four_gpus(), 4)
+    with pytest.raises(PreferredAllocationError) as err:
+        validate_container_count(four_gpus(), 5)
+    assert str(err.value) == (
+        PREFIX
+        + "5 container requests but this node advertises only 4 devices for nvidia.com/gpu (the kubelet "
+        "sends one per call)"
+    )
+    empty = Resource("nvidia.com/gpu", ())
+    validate_container_count(empty, 1)  # a request of one container always gets an answer or its refusal
+    with pytest.raises(
+        PreferredAllocationError, match="2 container requests but this node advertises only 0"
+    ):
+        validate_container_count(empty, 2)
+
+
+def test_more_must_include_ids_than_the_node_has_are_refused() -> None:
+    message = refusal(four_gpus(), [gpu_uuid(0)], [f"GPU-{i}" for i in range(5)], 5)
+    assert (
+        message == PREFIX + "5 must-include devices listed but this node advertises only 4 for nvidia.com/gpu"
+    )
+
+
+def uneven(free: dict[int, int], total: dict[int, int]) -> tuple[Resource, list[str]]:
+    """A resource whose GPUs have different replica counts (`total`: two sharing entries for one name, or
+    whole GPUs next to replicas), and the first `free[g]` replicas of each GPU g free."""
+    resource = Resource(
+        "nvidia.com/gpu",
+        tuple(
+            Device(f"{gpu_uuid(g)}::{r}", gpu_uuid(g), str(g), g, Health.ok(), 0, (f"/dev/nvidia{g}",))
+            for g, count in total.items()
+            for r in range(count)
+        ),
+    )
+    return resource, [f"{gpu_uuid(g)}::{r}" for g, count in free.items() for r in range(count)]
+
+
+def test_greedy_counts_what_is_in_use_per_gpu_whatever_its_replica_count() -> None:
+    # GPU 0: 4 replicas, all free (0 in use); GPU 1: 2 replicas, 1 free (1 in use).
+    resource, free = uneven({0: 4, 1: 1}, {0: 4, 1: 2})
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 1)) == [0]
+    # GPU 0: 4 replicas, 2 free (2 in use); GPU 1: 1 replica, free (0 in use).
+    resource, free = uneven({0: 2, 1: 1}, {0: 4, 1: 1})
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 1)) == [1]
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 1, policy="packed")) == [0]
+
+
+def test_distributed_counts_each_pick_as_one_more_in_use() -> None:
+    # GPU 0 has none in use, GPU 1 two: GPU 0 takes two picks before the tie (2 and 2), which goes to
+    # GPU 1, picked from less often.
+    resource, free = uneven({0: 4, 1: 2}, {0: 4, 1: 4})
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 3)) == [0, 0, 1]
+    # GPU 1 one in use: 0, then the tie (1 and 1) to GPU 1, then 0, then the tie (2 and 2) to GPU 1 again,
+    # picked from once against GPU 0's twice.
+    resource, free = uneven({0: 4, 1: 3}, {0: 4, 1: 4})
+    assert _gpus_of(preferred_devices(resource, {}, free, [], 4)) == [0, 1, 0, 1]

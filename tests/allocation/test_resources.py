@@ -3,6 +3,7 @@ GPU has."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -113,3 +114,55 @@ def test_health_is_data_and_recovers() -> None:
 
 def test_no_gpus_no_resources() -> None:
     assert build_resources(make_inventory(0)) == []
+
+
+def test_unshared_resources_next_to_shared_ones_say_so() -> None:
+    by_name = {r.name: r for r in resources("t4-pcie", SUBSET, allow_resource_customization=True)}
+    whole, shared = by_name["nvidia.com/gpu"], by_name["nvidia.com/gpu-shared"]
+    assert (whole.sharing, whole.fail_requests_greater_than_one, whole.replicas) == ("none", False, 1)
+    assert (shared.sharing, shared.fail_requests_greater_than_one, shared.replicas) == (
+        "time-slicing",
+        False,
+        3,
+    )
+
+
+def test_a_sharing_entry_for_a_resource_the_node_lacks_leaves_the_next_entry_working() -> None:
+    sharing = SharingStrategy(
+        resources=[
+            ReplicatedResource(name="mig-1g.5gb", replicas=2),  # t4-pcie has no MIG devices
+            ReplicatedResource(name="gpu", replicas=2),
+        ]
+    )
+    (gpu,) = build_resources(
+        inventory("t4-pcie"), ResourceOptions(sharing_kind="time-slicing", sharing=sharing)
+    )
+    assert (gpu.name, len(gpu.devices), gpu.replicas) == ("nvidia.com/gpu", 8, 2)
+
+
+def test_a_gpu_pattern_that_does_not_match_is_skipped() -> None:
+    config = "resources:\n  gpus:\n  - {pattern: 'A100*', name: a100}\n  - {pattern: 'Tesla T*', name: t4}\n"
+    assert {
+        r.name: len(r.devices) for r in resources("t4-pcie", config, allow_resource_customization=True)
+    } == {"nvidia.com/t4": 4}
+
+
+def test_an_unknown_mig_strategy_is_named() -> None:
+    with pytest.raises(ResourceError) as err:
+        build_resources(make_inventory(1), ResourceOptions("mix"))
+    assert str(err.value) == "unknown MIG strategy: mix"
+
+
+def test_a_mig_enabled_gpu_without_mig_devices_is_logged_under_mixed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="kubegpu.allocation.resources")
+    names = [r.name for r in build_resources(inventory("a100-mig-invalid"), ResourceOptions("mixed"))]
+    assert names == ["nvidia.com/mig-3g.20gb"]
+    assert [r for r in caplog.record_tuples if r[0] == "kubegpu.allocation.resources"] == [
+        (
+            "kubegpu.allocation.resources",
+            logging.WARNING,
+            "GPU 1 has MIG enabled but no MIG devices; nothing to advertise from it",
+        )
+    ]

@@ -291,7 +291,11 @@ def test_node_and_client_settings_from_gfds_env_vars() -> None:
             'could not parse "fast" as float64 value from environment variable "KUBE_API_QPS" for flag '
             'kube-api-qps: strconv.ParseFloat: parsing "fast": invalid syntax',
         ),
-        ({"kube-api-burst": "-1"}, {}, 'invalid value "-1" for flag -kube-api-burst: use a whole number'),
+        (
+            {"kube-api-burst": "-1"},
+            {},
+            'invalid value "-1" for flag -kube-api-burst: use a whole number of 0 or more',
+        ),
     ],
 )
 def test_client_flag_errors(cli: dict[str, str], env: dict[str, str], error: str) -> None:

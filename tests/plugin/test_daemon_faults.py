@@ -113,3 +113,20 @@ async def test_requests_made_during_a_pass_are_all_answered_by_the_next_one() ->
         # The file watcher may reload once more on the write.
         assert n.counter("kubegpu_config_reloads_total", result="applied") in (1, 2)
         assert await n.stop() == 0
+
+
+async def test_gpus_left_to_dra_stay_left_across_reloads_without_a_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Every GPU is `kubegpu dra`'s: nothing to serve, and nothing missing either, after any pass.
+    caplog.set_level(logging.INFO, logger="kubegpu.plugin.daemon")
+    async with node(KUBEGPU_DRA_GPUS="all") as n:
+        n.start()
+        await until(lambda: n.daemon.expected_resources() is not None)  # the first discovery has ended
+        await n.daemon.reload()  # the config and the devices again
+        await n.daemon._reconcile(rediscover=False)  # a refresh: what was left to DRA is kept as it is
+        assert sorted(g.uuid for g in n.daemon.serving.to_dra) == sorted(UUIDS)
+        assert not n.daemon.supervisor.running("discovery-retry")
+        assert "No devices found" not in caplog.text
+        assert not n.sim.registered(GPU)
+        assert await n.stop() == 0

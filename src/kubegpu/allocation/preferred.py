@@ -40,7 +40,7 @@ from kubegpu.settings.choices import DISTRIBUTED, PACKED
 log = logging.getLogger(__name__)
 
 NVLINK_LANE_SCORE = 100
-LEVEL_SCORE = {
+LEVEL_SCORE = {  # every LinkLevel
     LinkLevel.INTERNAL: 60,
     LinkLevel.SINGLE: 50,
     LinkLevel.MULTIPLE: 40,
@@ -61,7 +61,7 @@ class PreferredAllocationError(ValueError):
 def pair_score(link: GpuLink | None) -> int:
     if link is None:
         return 0
-    return LEVEL_SCORE.get(link.level, 0) + NVLINK_LANE_SCORE * link.nvlinks
+    return LEVEL_SCORE[link.level] + NVLINK_LANE_SCORE * link.nvlinks
 
 
 def set_score(indices: Sequence[int], links: Mapping[tuple[int, int], GpuLink]) -> int:
@@ -245,13 +245,13 @@ def _link_scores(indices: Sequence[int], links: Mapping[tuple[int, int], GpuLink
     """Pair scores between GPUs by position in `indices` (`pair_score` inlined: this runs per request)."""
     n = len(indices)
     out = [[0] * n for _ in range(n)]
-    level_score, lane = LEVEL_SCORE.get, NVLINK_LANE_SCORE
+    level_score, lane = LEVEL_SCORE.__getitem__, NVLINK_LANE_SCORE
     for i in range(n):
         row = out[i]
         for j in range(i + 1, n):
             link = links.get((indices[i], indices[j]))
             if link is not None:
-                row[j] = out[j][i] = level_score(link.level, 0) + lane * link.nvlinks
+                row[j] = out[j][i] = level_score(link.level) + lane * link.nvlinks
     return out
 
 

@@ -258,20 +258,22 @@ def build_resources(inventory: Inventory, options: ResourceOptions | None = None
     block = options.sharing
     if block is not None:
         for entry in block.resources or ():
-            devices = by_name.get(entry.name or "", [])
+            # ReplicatedResource has checked both: a resource name and replicas >= 2 (`or` narrows the type).
+            source, per_device = entry.name or "", entry.replicas or 1
+            devices = by_name.get(source, [])
             chosen = _selected(devices, entry)
             if not chosen:
                 continue
             if options.sharing_kind == "mps" and any(d.is_mig for d in chosen):
                 raise ResourceError("sharing using MPS is not supported for MIG devices")
-            target = entry.rename or entry.name or ""
+            target = entry.rename or source
             chosen_ids = {d.id for d in chosen}
-            by_name[entry.name or ""] = [d for d in devices if d.id not in chosen_ids]
-            _check_fits(target, by_name.get(target, []), chosen, entry.replicas or 1)
-            replicas = [r for d in chosen for r in replicate(d, entry.replicas or 1)]
+            by_name[source] = [d for d in devices if d.id not in chosen_ids]
+            _check_fits(target, by_name.get(target, []), chosen, per_device)
+            replicas = [r for d in chosen for r in replicate(d, per_device)]
             by_name.setdefault(target, []).extend(replicas)
             shared[target] = bool(block.failRequestsGreaterThanOne)
-            replica_counts[target] = entry.replicas or 1
+            replica_counts[target] = per_device
     for name, devices in by_name.items():
         _check_fits(name, devices, [], 0)
     return [

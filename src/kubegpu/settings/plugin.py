@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -190,17 +189,12 @@ def resolve(flags: Mapping[str, FlagValue]) -> PluginSettings:
 def http_address_problem(address: str) -> str | None:
     """Why `address` cannot be listened on as a host (the resolver's own limits), or None.
 
-    An IP address, or a DNS name of labels of 1 to 63 characters, 253 at most in all (RFC 1035): a longer
-    one made the resolver fail with "label too long" deep in the HTTP endpoint's start.
+    A DNS name of labels of 1 to 63 characters, 253 at most in all (RFC 1035): a longer one made the
+    resolver fail with "label too long" deep in the HTTP endpoint's start. An IP address (IPv4, IPv6 bare or
+    in brackets, with a zone) passes these checks as it is: no spaces, one label per dot, short labels.
     """
     if not address:
         return None
-    with_brackets = address.startswith("[") and address.endswith("]")
-    try:
-        ipaddress.ip_address(address[1:-1] if with_brackets else address)
-        return None
-    except ValueError:
-        pass
     if not address.isprintable() or any(c.isspace() for c in address):
         return "it holds spaces or control characters"
     name = address.removesuffix(".")

@@ -104,6 +104,10 @@ def parse_whole_number(text: str, *, minimum: float | None, maximum: float | Non
     fix = "use a whole number"
     if minimum is not None and maximum is not None:
         fix += f" from {_number_text(minimum)} to {_number_text(maximum)}"
+    elif minimum is not None:
+        fix += f" of {_number_text(minimum)} or more"
+    elif maximum is not None:
+        fix += f" of at most {_number_text(maximum)}"
     # (the length bound: Python refuses over 4300 digits)
     if len(text) > 40 or not _INTEGER.fullmatch(text.strip(_ASCII_SPACE)):
         raise BadValue(fix)
@@ -121,12 +125,11 @@ def parse_path(text: str) -> Path:
 
 
 def _what(setting: Setting) -> str:
+    # The kinds of kubegpu's own settings whose text can be refused (NVIDIA's have NVIDIA's words).
     return {
         "bool": "boolean",
         "int": "whole number",
-        "float": "number",
         "seconds": "number of seconds",
-        "duration": "duration",
         "path": "path",
         "gpus": "GPU selection",
     }.get(setting.kind, "value")
@@ -172,8 +175,8 @@ def _parse_kind(setting: Setting, text: str | Sequence[str]) -> Any:
     if setting.kind == "bool":
         try:
             return parse_bool(text)
-        except ValueError as err:
-            raise BadValue(str(err) if setting.owner == "nvidia" else "use true or false") from None
+        except ValueError:
+            raise BadValue("use true or false") from None  # (NVIDIA's bools have strconv's words instead)
     if setting.kind in ("seconds", "float"):
         return parse_number(text, minimum=setting.minimum, maximum=setting.maximum, positive=setting.positive)
     if setting.kind == "int":
@@ -244,7 +247,7 @@ def _nvidia_error_text(setting: Setting, shown: str, origin: str, fix: str) -> s
         return f"could not parse {quoted} from {_env_source(origin)} as value for flag {setting.name}: {fix}"
     if syntax is not None and unparsable:
         fix = f"strconv.{syntax[1]}: parsing {quoted}: invalid syntax"
-    go_type = {"seconds": "float64", "float": "float64", "int": "int"}.get(setting.kind, setting.kind)
+    go_type = {"float": "float64"}.get(setting.kind, setting.kind)  # (Go's int is int)
     source = _env_source(origin)
     return f"could not parse {quoted} as {go_type} value from {source} for flag {setting.name}: {fix}"
 

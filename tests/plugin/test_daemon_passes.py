@@ -1,0 +1,133 @@
+"""The daemon's passes when something goes wrong, and how requests made during a pass are merged: each
+failure says which pass failed (config reload, rediscovery, refresh) and keeps the last good config serving;
+only a config reload counts in the reload metrics; an apply that fails part-way ends the daemon with 1.
+
+In this process, with a failure put in the preparer or the servers' apply on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from kubegpu.plugin.prepare import ReloadError
+from tests.plugin.test_daemon import Node, node
+
+DAEMON = "kubegpu.plugin.daemon"
+
+
+def failures(n: Node, reason: str) -> float | None:
+    return n.counter("kubegpu_config_reload_failures_total", reason=reason)
+
+
+def lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == DAEMON and r.levelno == level]
+
+
+async def test_a_pass_that_cannot_be_prepared_names_itself_and_keeps_serving(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+
+        async def cannot(*args: object, **kwargs: object) -> None:
+            raise ReloadError("discovery", "nvml init failed: Unknown Error")
+
+        monkeypatch.setattr(n.daemon._preparer, "prepare", cannot)
+        await n.daemon.reload()
+        await n.daemon._reconcile(rediscover=True)
+        await n.daemon._reconcile(rediscover=False)
+        assert lines(caplog, logging.ERROR) == [
+            f"{what} failed, keeping the last good config running: nvml init failed: Unknown Error"
+            for what in ("config reload", "rediscovery", "refresh")
+        ]
+        assert failures(n, "discovery") == 1  # the config reload's only
+        assert n.counter("kubegpu_config_reloads_total", result="failed") == 1
+        await n.allocatable(8)
+        assert await n.stop() == 0
+
+
+async def test_a_bug_while_preparing_keeps_serving_and_counts_an_error_for_a_reload_only(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+
+        async def broken(*args: object, **kwargs: object) -> None:
+            raise KeyError("a bug")
+
+        monkeypatch.setattr(n.daemon._preparer, "prepare", broken)
+        await n.daemon.reload()
+        await n.daemon._reconcile(rediscover=True)
+        await n.daemon._reconcile(rediscover=False)
+        assert lines(caplog, logging.ERROR) == [
+            f"{what} failed unexpectedly, keeping the last good config running"
+            for what in ("config reload", "rediscovery", "refresh")
+        ]
+        assert all(r.exc_info for r in caplog.records if r.name == DAEMON and r.levelno == logging.ERROR)
+        assert failures(n, "error") == 1
+        assert n.counter("kubegpu_config_reloads_total", result="failed") == 1
+        await n.allocatable(8)
+        assert await n.stop() == 0
+
+
+async def test_an_apply_that_fails_part_way_ends_the_daemon_with_1(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+
+        async def half_applied(*args: object, **kwargs: object) -> None:
+            raise OSError("the servers are in an unknown state")
+
+        monkeypatch.setattr(n.daemon.serving, "apply_servers", half_applied)
+        await n.daemon._reconcile(rediscover=True)
+        assert await asyncio.wait_for(n.task, 20) == 1
+        assert lines(caplog, logging.CRITICAL) == [
+            "applying the rediscovery failed part-way; exiting to be restarted"
+        ]
+        (critical,) = [r for r in caplog.records if r.levelno == logging.CRITICAL]
+        assert critical.exc_info is not None and isinstance(critical.exc_info[1], OSError)  # the traceback
+        assert n.counter("kubegpu_config_reloads_total", result="applied") == 0
+
+
+async def test_a_rediscovery_asked_for_during_a_pass_is_not_dropped_by_a_later_refresh(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        discovered = caplog.text.count("discovered 8 GPU(s)")
+        running = asyncio.create_task(n.daemon._reconcile(rediscover=False))
+        rediscovery = asyncio.create_task(n.daemon._reconcile(rediscover=True))
+        refresh = asyncio.create_task(n.daemon._reconcile(rediscover=False))
+        await asyncio.gather(running, rediscovery, refresh)
+        # The running refresh, then one pass for both requests: it must rediscover.
+        assert caplog.text.count("discovered 8 GPU(s)") == discovered + 1
+        assert await n.stop() == 0
+
+
+async def test_a_reload_says_in_one_line_what_changed_and_what_is_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n")
+        await n.daemon.reload()
+        # (The file watcher may reload once more on the write: the first line is this reload's.)
+        done = [line for line in lines(caplog, logging.INFO) if line.startswith("reload complete")]
+        assert done[0] == (
+            'reload complete: config changed: flags.plugin.deviceIDStrategy "uuid" -> "index"; served: '
+            "nvidia.com/gpu: update (options)"
+        )
+        assert await n.stop() == 0
