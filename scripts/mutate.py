@@ -84,6 +84,13 @@ DRA_PREPARE_TESTS = (
     "tests/dra/test_checkpoint_copies.py",
     "tests/dra/test_rebuild.py",
 )
+DRA_PREPARE_CALL_TESTS = (
+    *DRA_PREPARE_TESTS,
+    "tests/dra/test_claim_calls.py",  # every claim of a call answered once
+    "tests/dra/test_dynamic_mig.py",  # partitions prepared and unprepared
+    "tests/dra/test_prepare_shares.py",  # sharers, whole holders and shared MPS daemons
+)
+
 # Smallest first: a run cut short by its budget has still scored the small modules.
 TARGETS: dict[str, Target] = {
     "goparse": Target("kubegpu/settings/goparse.py", ("tests/settings/test_parsers.py",)),
@@ -195,15 +202,9 @@ TARGETS: dict[str, Target] = {
         test_timeout_s=10,
     ),
     "dra-checkpoint": Target("kubegpu/dra/checkpoint.py", DRA_PREPARE_TESTS, preliminary=True),
-    "dra-prepare": Target(
-        "kubegpu/dra/prepare.py",
-        (
-            *DRA_PREPARE_TESTS,
-            "tests/dra/test_claim_calls.py",  # every claim of a call answered once
-            "tests/dra/test_dynamic_mig.py",  # partitions prepared and unprepared
-        ),
-        preliminary=True,
-    ),
+    "dra-prepare": Target("kubegpu/dra/prepare.py", DRA_PREPARE_CALL_TESTS, preliminary=True),
+    # What Prepare and Unprepare do to the node for one claim (split from prepare.py).
+    "dra-claim-devices": Target("kubegpu/dra/claim_devices.py", DRA_PREPARE_CALL_TESTS, preliminary=True),
 }
 
 KILLED = {"killed", "timeout", "caught by type check"}
