@@ -25,10 +25,12 @@ BOOT = "6e1f0c55-0000-4000-8000-000000000001"
 GPU0 = PreparedDevice(("gpu",), "node-a", "gpu-0", ("k8s.gpu.nvidia.com/claim=u1-gpu-0",))
 CLAIM = PreparedClaim("u1", "default", "c", COMPLETED, (GPU0,), {"strategy": "TimeSlicing"})
 LOG = "kubegpu.dra.checkpoint"
-# The file as written for CLAIM: the content as compact JSON with sorted keys, under its CRC-32.
+# The file as written for CLAIM: the content as compact JSON with sorted keys, under its CRC-32 (a device
+# held whole has no shareID: ConsumableShares).
 BODY = (
     '{"nodeBootID":"6e1f0c55-0000-4000-8000-000000000001","preparedClaims":[{"devices":[{"admin_access":false,'
-    '"cdi_ids":["k8s.gpu.nvidia.com/claim=u1-gpu-0"],"device":"gpu-0","pool":"node-a","request_names":["gpu"]}],'
+    '"cdi_ids":["k8s.gpu.nvidia.com/claim=u1-gpu-0"],"device":"gpu-0","pool":"node-a","request_names":["gpu"],'
+    '"share_id":null}],'
     '"name":"c","namespace":"default","sharing":{"strategy":"TimeSlicing"},"state":"PrepareCompleted","uid":"u1"}]}'
 )
 
