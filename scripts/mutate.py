@@ -235,6 +235,8 @@ def prepare(name: str, target: Target, test_timeout_s: int) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     for part in ("src", "tests"):
         link = work / part
+        if link.is_symlink() and link.readlink() != ROOT / part:
+            link.unlink()  # results copied from another checkout: test this one's code
         if not link.is_symlink():
             link.symlink_to(ROOT / part)
     config = (ROOT / "pyproject.toml").read_text() + mutmut_config(target, test_timeout_s)
