@@ -4,26 +4,13 @@ MIG-device claims, and the extended-resource bridge's DeviceClass and pod."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from kubegpu.demo.dranode import DRIVER, NODE, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import Container, Pod
 from tests.contract.test_dra_dynamic_mig import MIG_CLASS
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def readme_yaml(marker: str) -> dict[str, Any]:
-    """The YAML block right after `<!-- marker -->` in the README."""
-    text = README.read_text()
-    block = text.split(f"<!-- {marker} -->", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
-    loaded = yaml.safe_load(block)
-    assert isinstance(loaded, dict)
-    return loaded
+from tests.readme_blocks import readme_yaml
 
 
 def cdi_ids(allocation: Any) -> tuple[str, ...]:
