@@ -222,10 +222,9 @@ class FakeNvml(MigCalls, EventCalls, TelemetryCalls):
         return f"{gpu.model.name} MIG {mig.profile_name}" if mig else gpu.model.name
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
-        gpu, mig = self._resolve(handle)
+        gpu, mig = self._resolve(handle)  # once: a flaky GPU fails one call with the injected rate
         total = (mig.gi_profile.memory_mib if mig else gpu.model.memory_mib) * MIB
-        use, gi = self._use(handle, mig_ok=True)
-        used = min(use.used_mib(gi) * MIB, total)
+        used = min(self._usage(gpu).used_mib(mig.spec.gi if mig else None) * MIB, total)
         memory = pynvml.c_nvmlMemory_v2_t() if version else pynvml.c_nvmlMemory_t()
         if version:
             memory.version = version

@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from kubegpu.node.nvml.fake_handles import DeviceTable, fail
+from kubegpu.node.nvml.fake_handles import DeviceTable, Gpu, fail
 from kubegpu.node.nvml.fake_usage import GpuUse, ProcessUse, UsageFile
 from kubegpu.node.nvml.pci import WHOLE_GPU
 
@@ -31,9 +31,13 @@ class TelemetryCalls(DeviceTable):
         gpu, mig = self._resolve(handle)
         if mig is not None and not mig_ok:
             fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self._usage(gpu), (mig.spec.gi if mig else None)
+
+    def _usage(self, gpu: Gpu) -> GpuUse:
+        """What `kubegpu fake-nvml inject` says the GPU is doing (no NVML checks: the caller resolved it)."""
         if self._usage_file is None:
             self._usage_file = UsageFile(self.state)
-        return self._usage_file.read().gpu(gpu.index), (mig.spec.gi if mig else None)
+        return self._usage_file.read().gpu(gpu.index)
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         use, _ = self._use(handle, mig_ok=False)
