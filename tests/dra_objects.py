@@ -133,3 +133,26 @@ def claim(
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"devices": devices},
     }
+
+
+def mps_config(
+    thread_percentage: int = 50, pinned: str = "10Gi", requests: Sequence[str] = ("gpu",)
+) -> dict[str, Any]:
+    """A claim's opaque GpuConfig with MPS sharing and its two default limits (NVIDIA's demo values)."""
+    return {
+        "requests": list(requests),
+        "opaque": {
+            "driver": "gpu.nvidia.com",
+            "parameters": {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "GpuConfig",
+                "sharing": {
+                    "strategy": "MPS",
+                    "mpsConfig": {
+                        "defaultActiveThreadPercentage": thread_percentage,
+                        "defaultPinnedDeviceMemoryLimit": pinned,
+                    },
+                },
+            },
+        },
+    }

@@ -21,7 +21,7 @@ from kubegpu.api.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubegpu.demo.dranode import DRIVER, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import PrepareError
-from tests.dra_objects import claim, request
+from tests.dra_objects import claim, mps_config, request
 
 
 async def test_register_publish_prepare_unprepare() -> None:
@@ -189,26 +189,9 @@ async def test_a_132_kubelet_prepares_through_v1beta1() -> None:
 
 
 async def test_an_mps_claim_without_its_gate_and_a_bad_config_fail_only_their_claims() -> None:
-    """MPSSupport is off (NVIDIA's default; kubegpu refuses to start with it on until it implements it), so
-    an MPS config fails its claim with NVIDIA's text, as a bad config does; the pod's other claim is
-    prepared."""
-    mps = {
-        "requests": ["gpu"],
-        "opaque": {
-            "driver": "gpu.nvidia.com",
-            "parameters": {
-                "apiVersion": "resource.nvidia.com/v1beta1",
-                "kind": "GpuConfig",
-                "sharing": {
-                    "strategy": "MPS",
-                    "mpsConfig": {
-                        "defaultActiveThreadPercentage": 50,
-                        "defaultPinnedDeviceMemoryLimit": "10Gi",
-                    },
-                },
-            },
-        },
-    }
+    """MPSSupport is off (NVIDIA's default), so an MPS config fails its claim with NVIDIA's text, as a bad
+    config does; the pod's other claim is prepared."""
+    mps = mps_config()
     bad = {
         "opaque": {
             "driver": "gpu.nvidia.com",

@@ -22,7 +22,7 @@ from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.kubeletsim import PrepareError
 from kubegpu.node.nvml import fake_mps_control, fake_smi
 from tests.cdi_schema import assert_valid_cdi_spec
-from tests.dra_objects import claim, request
+from tests.dra_objects import claim, mps_config, request
 
 T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"
 HASH_GPU0 = "815e4"  # sha256("GPU-0eaadbe4-...")[:5]
@@ -35,26 +35,6 @@ GATES = (
 BIND = ["rw", "nosuid", "nodev", "bind"]
 IMAGE = "registry.example/kubegpu:1.0"
 NAMESPACE = "nvidia-dra"
-
-
-def mps(thread_percentage: int = 50, pinned: str = "10Gi") -> dict[str, Any]:
-    return {
-        "requests": ["gpu"],
-        "opaque": {
-            "driver": "gpu.nvidia.com",
-            "parameters": {
-                "apiVersion": "resource.nvidia.com/v1beta1",
-                "kind": "GpuConfig",
-                "sharing": {
-                    "strategy": "MPS",
-                    "mpsConfig": {
-                        "defaultActiveThreadPercentage": thread_percentage,
-                        "defaultPinnedDeviceMemoryLimit": pinned,
-                    },
-                },
-            },
-        },
-    }
 
 
 class Node:
@@ -91,7 +71,7 @@ class Node:
         await self.start()
         assert self.node.sim is not None
         pod = claim_pod("mps-pod", "c1")
-        c1 = self.node.allocate(claim("c1", [request("gpu")], config=[mps()]), pod)
+        c1 = self.node.allocate(claim("c1", [request("gpu")], config=[mps_config()]), pod)
         await self.node.sim.admit(pod)
         return str(c1["metadata"]["uid"])
 
@@ -122,7 +102,7 @@ async def test_an_mps_claim_runs_nvidias_control_daemon_and_unprepare_stops_it()
         await node.start()
         assert dra.sim is not None
         pod = claim_pod("mps-pod", "c1")
-        c1 = dra.allocate(claim("c1", [request("gpu")], config=[mps()]), pod)
+        c1 = dra.allocate(claim("c1", [request("gpu")], config=[mps_config()]), pod)
         uid = c1["metadata"]["uid"]
         await dra.sim.admit(pod)
         daemon = f"{uid}-{HASH_GPU0}"
@@ -200,7 +180,7 @@ async def test_a_daemon_not_ready_fails_the_claim_with_nvidias_text_and_the_retr
         await node.start()
         assert dra.sim is not None
         pod = claim_pod("slow", "c1")
-        c1 = dra.allocate(claim("c1", [request("gpu")], config=[mps()]), pod)
+        c1 = dra.allocate(claim("c1", [request("gpu")], config=[mps_config()]), pod)
         uid = c1["metadata"]["uid"]
         with pytest.raises(PrepareError) as err:
             await dra.sim.admit(pod)
@@ -321,7 +301,7 @@ async def test_the_gate_off_refuses_an_mps_claim_with_nvidias_text_and_runs_noth
         await node.start()
         assert dra.sim is not None
         pod = claim_pod("mps-pod", "c1")
-        dra.allocate(claim("c1", [request("gpu")], config=[mps()]), pod)
+        dra.allocate(claim("c1", [request("gpu")], config=[mps_config()]), pod)
         with pytest.raises(PrepareError) as err:
             await dra.sim.admit(pod)
         assert (

@@ -20,7 +20,8 @@ from kubegpu.demo.dranode import DRIVER, claim_pod
 from kubegpu.demo.dranode import SimulatedDraNode as DraNode
 from kubegpu.node.nvml import fake_mps_control, fake_smi
 from tests.contract.test_dra_consumable_shares import gpu0
-from tests.contract.test_dra_mps import BIND, Node, mps
+from tests.contract.test_dra_mps import BIND, Node
+from tests.dra_objects import mps_config
 from tests.readme_blocks import readme_yaml
 
 T4_GPU0 = "GPU-0eaadbe4-c44f-4826-a1a6-b9dd837b9509"
@@ -45,7 +46,7 @@ async def two_sharers(node: Node) -> list[str]:
     uids = []
     for name, memory in (("a", "8Gi"), ("b", "6Gi")):
         pod = claim_pod(f"pod-{name}", name)
-        allocated = node.node.allocate(gpu0(name, memory, config=[mps()]), pod)
+        allocated = node.node.allocate(gpu0(name, memory, config=[mps_config()]), pod)
         (result,) = allocated["status"]["allocation"]["devices"]["results"]
         assert (result["device"], result["consumedCapacity"]) == ("gpu-0", {"memory": memory})
         uids.append(str(allocated["metadata"]["uid"]))
@@ -95,7 +96,7 @@ async def test_two_claims_on_one_gpu_by_memory_share_one_daemon_each_with_its_ow
             ]
         assert f"KUBEGPU_CONSUMED_MEMORY_BYTES={8 * GIB}" in container_edits(dra, a)["env"]
         # 1Gi is left on gpu-0: a third sharer for 2Gi is not allocated
-        assert dra.try_allocate(gpu0("c", "2Gi", config=[mps()]), claim_pod("pod-c", "c")) is None
+        assert dra.try_allocate(gpu0("c", "2Gi", config=[mps_config()]), claim_pod("pod-c", "c")) is None
 
         assert dra.sim is not None
         await dra.sim.terminate_pod("pod-a")
