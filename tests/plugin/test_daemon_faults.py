@@ -130,3 +130,33 @@ async def test_gpus_left_to_dra_stay_left_across_reloads_without_a_retry(
         assert "No devices found" not in caplog.text
         assert not n.sim.registered(GPU)
         assert await n.stop() == 0
+
+
+async def test_a_lost_gpu_whose_fault_was_cleared_stays_unhealthy_through_a_refresh(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The monitor may clear a lost GPU's fault (its probes by UUID pass) a moment before the rediscovery it
+    # then asks for has run. A refresh pass in between (an MPS daemon retried) still serves the GPU that
+    # discovery does not list as Unhealthy, and records why: no pass may serve a GPU that is gone as Healthy.
+    caplog.set_level(logging.WARNING, logger="kubegpu.plugin.daemon")
+    async with node(DP_DISABLE_HEALTHCHECKS="all") as n:
+        n.start()
+        await n.allocatable(8)
+        n.state.inject_lost(5)
+        await n.daemon.reload()
+        await n.allocatable(7)
+        fault = n.daemon.faults.get(UUIDS[5])
+        assert fault is not None and n.daemon.faults.clear(UUIDS[5], fault)
+        await n.daemon._reconcile(rediscover=False)  # before anything else can run: no await in between
+        again = n.daemon.faults.get(UUIDS[5])
+        assert again is not None and again.reason == "not found by discovery"
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings[-2:] == [
+            f"GPU 5 ({UUIDS[5]}) not found by discovery: GPU is lost: it stays listed as Unhealthy, "
+            "under the same IDs, until it recovers",
+            f"GPU 5 ({UUIDS[5]}) not found by discovery: it stays listed as Unhealthy, under the same IDs, "
+            "until it recovers",
+        ]
+        assert served_health(n)[UUIDS[5]] == [again.health]
+        await n.allocatable(7)
+        assert await n.stop() == 0

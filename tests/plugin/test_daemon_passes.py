@@ -131,3 +131,28 @@ async def test_a_reload_says_in_one_line_what_changed_and_what_is_served(
             "nvidia.com/gpu: update (options)"
         )
         assert await n.stop() == 0
+
+
+async def test_a_rediscovery_after_a_refused_config_file_serves_the_last_good_config(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Only a config reload reads the config file. A rediscovery (a lost GPU back, the discovery retry) or a
+    # refresh that read it too would fail on the file the reload refused, and a GPU that came back would
+    # never be served again until someone fixed the file.
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: serial\n")
+        await n.daemon.reload()
+        discovered = caplog.text.count("discovered 8 GPU(s)")
+        await n.daemon._reconcile(rediscover=True)
+        await n.daemon._reconcile(rediscover=False)
+        assert caplog.text.count("discovered 8 GPU(s)") == discovered + 1
+        refused = lines(caplog, logging.ERROR)
+        assert refused, "the reload must have refused the file"
+        # (The file watcher may reload once more on the write: every failure is a config reload's.)
+        assert all(line.startswith("config reload failed, keeping") for line in refused), refused
+        assert n.daemon.settings.plugin.deviceIDStrategy == "uuid"
+        await n.allocatable(8)
+        assert await n.stop() == 0
