@@ -53,6 +53,10 @@ class Target:
     # but wait up to 20 s for a served state a mutant never reaches: 10 s keeps a margin of ten over a
     # loaded machine and halves what each such mutant costs.
     test_timeout_s: int = 60
+    # pytest-timeout's "signal" fails the test and goes on, but a mutant that hangs the daemon can then hang
+    # the event loop's teardown for good, until mutmut's own wall-clock limit (15 times the tests' time)
+    # kills the run: minutes per mutant. "thread" ends the test process at the timeout (a kill).
+    timeout_method: str = "signal"
 
 
 DAEMON = "kubegpu.plugin.daemon.xǁDaemonǁ"
@@ -174,6 +178,7 @@ TARGETS: dict[str, Target] = {
             for f in ("reload", "_reconcile", "_reconcile_once", "_prepare", "_apply", "_sync_health")
         ),
         test_timeout_s=10,
+        timeout_method="thread",
     ),
     "reload-prepare": Target(
         "kubegpu/plugin/prepare.py",
@@ -185,12 +190,14 @@ TARGETS: dict[str, Target] = {
             f"{PREPARE}xǁSettingsLoaderǁload__mutmut_*",
         ),
         test_timeout_s=10,
+        timeout_method="thread",
     ),
     "reload-serving": Target(
         "kubegpu/plugin/serving.py",
         RELOAD_TESTS,
         functions=tuple(f"{SERVING}{f}__mutmut_*" for f in ("take", "faults_changed", "build_served")),
         test_timeout_s=10,
+        timeout_method="thread",
     ),
     "dra-checkpoint": Target("kubegpu/dra/checkpoint.py", DRA_TESTS, preliminary=True),
     "dra-prepare": Target("kubegpu/dra/prepare.py", DRA_TESTS, preliminary=True),
@@ -207,6 +214,8 @@ def mutmut_config(target: Target, test_timeout_s: int) -> str:
         return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
     args = ["-q", "-p", "no:cacheprovider", f"--timeout={test_timeout_s}", "--hypothesis-profile=mutation"]
+    if target.timeout_method != "signal":  # (the default: left out, so that other targets keep results)
+        args.append(f"--timeout-method={target.timeout_method}")
     args += [f"--deselect={test}" for test in target.deselect]
     return (
         "\n[tool.mutmut]\n"
@@ -235,6 +244,7 @@ def prepare(name: str, target: Target, test_timeout_s: int) -> Path:
     if not pyproject.exists() or pyproject.read_text() != config:
         pyproject.write_text(config)
         shutil.rmtree(work / "mutants", ignore_errors=True)  # another selection: old verdicts do not hold
+        (work / "source.sha256").unlink(missing_ok=True)
     return work
 
 
@@ -245,17 +255,18 @@ def run(name: str, target: Target, budget_s: float, jobs: int) -> None:
     test written to kill it counts at the next run."""
     work = prepare(name, target, test_timeout_s=target.test_timeout_s)
     deadline = time.monotonic() + budget_s
-    survived_before = [m for m, s in verdicts(name, target).items() if s in NOT_KILLED]
     print(f"{name}: mutmut on src/{target.module} ({budget_s:.0f} s at most; log: {work / 'run.log'})")
     source = hashlib.sha256((ROOT / "src" / target.module).read_bytes()).hexdigest()
     stamp = work / "source.sha256"  # the module the verdicts are for
-    if target.functions and stamp.exists() and stamp.read_text() == source:
+    known = verdicts(name, target)
+    if target.functions and known and stamp.exists() and stamp.read_text() == source:
         # mutmut retests every mutant it is given by name: name only those not yet killed. (After a change
         # to the module its mutants are renumbered: then all of the functions' mutants again.)
-        left = [m for m, s in verdicts(name, target).items() if s not in KILLED]
+        left = [m for m, s in known.items() if s not in KILLED]
         passes = [left] if left else []
     else:
         passes = [list(target.functions)]
+        survived_before = [m for m, s in known.items() if s in NOT_KILLED]
         if survived_before and not target.functions:
             passes.append(survived_before)
     with (work / "run.log").open("w") as out:
