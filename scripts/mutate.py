@@ -5,8 +5,8 @@ Usage: python scripts/mutate.py [--budget-s S] [--jobs N] [--report-only] [MODUL
 
 Each target is one module and the fast tests that cover it. mutmut runs it in its own work directory,
 .mutation/<target>/ (src/ and tests/ linked in, a pyproject.toml with the target's [tool.mutmut]), so each
-target has its own test selection and keeps its results between runs: a second run retests only mutants
-of functions that changed. mutmut itself runs, for each mutant, only the selected tests that call the
+target has its own test selection and keeps its results between runs: a second run tests the mutants of
+functions that changed and again those not killed. mutmut itself runs, for each mutant, only the selected tests that call the
 mutated function. Then the table: per module the mutants, how many the tests killed, the score, and every
 survivor not listed as equivalent in docs/mutation.md (`mutmut show NAME` in the work directory shows one).
 
@@ -18,7 +18,6 @@ counts as not killed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from importlib.metadata import version
 from pathlib import Path
+from typing import TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
@@ -206,7 +206,6 @@ TARGETS: dict[str, Target] = {
 }
 
 KILLED = {"killed", "timeout", "caught by type check"}
-NOT_KILLED = {"survived", "no tests", "suspicious"}
 
 
 def mutmut_config(target: Target, test_timeout_s: int) -> str:
@@ -244,50 +243,53 @@ def prepare(name: str, target: Target, test_timeout_s: int) -> Path:
     if not pyproject.exists() or pyproject.read_text() != config:
         pyproject.write_text(config)
         shutil.rmtree(work / "mutants", ignore_errors=True)  # another selection: old verdicts do not hold
-        (work / "source.sha256").unlink(missing_ok=True)
     return work
 
 
 def run(name: str, target: Target, budget_s: float, jobs: int) -> None:
-    """mutmut on the target: new and changed mutants, then again the ones that survived the last run.
+    """mutmut on the target: new and changed mutants, then again every mutant not killed, so that a test
+    written for a survivor counts at the next run.
 
-    mutmut keeps a verdict until the mutated function changes; a survivor is retested here, so that a
-    test written to kill it counts at the next run."""
+    mutmut keeps a verdict until the mutated function changes, and tests again every mutant it is given by
+    name. A target chosen by function names its mutants: all of them the first time, later those not yet
+    killed; mutmut then resets the verdicts of the functions that changed (their mutants renumbered), and a
+    second pass tests those."""
     work = prepare(name, target, test_timeout_s=target.test_timeout_s)
     deadline = time.monotonic() + budget_s
     print(f"{name}: mutmut on src/{target.module} ({budget_s:.0f} s at most; log: {work / 'run.log'})")
-    source = hashlib.sha256((ROOT / "src" / target.module).read_bytes()).hexdigest()
-    stamp = work / "source.sha256"  # the module the verdicts are for
     known = verdicts(name, target)
-    if target.functions and known and stamp.exists() and stamp.read_text() == source:
-        # mutmut retests every mutant it is given by name: name only those not yet killed. (After a change
-        # to the module its mutants are renumbered: then all of the functions' mutants again.)
-        left = [m for m, s in known.items() if s not in KILLED]
-        passes = [left] if left else []
-    else:
-        passes = [list(target.functions)]
-        survived_before = [m for m, s in known.items() if s in NOT_KILLED]
-        if survived_before and not target.functions:
-            passes.append(survived_before)
-    with (work / "run.log").open("w") as out:
-        for names in passes:
-            cmd = ["nice", "-n", "15", str(MUTMUT), "run", "--max-children", str(jobs), *names]
-            # Its own process group: at the budget, mutmut's fork server and workers stop with it.
-            proc = subprocess.Popen(
-                cmd, cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-            try:
-                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                print(f"{name}: stopped at its time budget; unchecked mutants are reported as such")
-                break
-    stamp.write_text(source)
+    left = [m for m, s in known.items() if s not in KILLED]
+    with (work / "run.log").open("w") as log:
+        if not target.functions:
+            again = [m for m in left if known[m] != "not checked"]  # (those the first pass tests anyway)
+            if mutmut(work, [], jobs, deadline, log) and again:
+                mutmut(work, again, jobs, deadline, log)
+            return
+        # With none left, one killed mutant: mutmut still looks for functions that changed.
+        first = (left or sorted(known)[:1]) if known else list(target.functions)
+        if mutmut(work, first, jobs, deadline, log):
+            reset = [m for m, s in verdicts(name, target).items() if s == "not checked" and m not in first]
+            if reset:
+                mutmut(work, reset, jobs, deadline, log)
+
+
+def mutmut(work: Path, names: list[str], jobs: int, deadline: float, log: TextIO) -> bool:
+    """`mutmut run` on the named mutants (none named: new and changed ones); False when the budget ran out."""
+    cmd = ["nice", "-n", "15", str(MUTMUT), "run", "--max-children", str(jobs), *names]
+    # Its own process group: at the budget, mutmut's fork server and workers stop with it.
+    proc = subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        return True
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        print(f"{work.name}: stopped at its time budget; unchecked mutants are reported as such")
+        return False
 
 
 def verdicts(name: str, target: Target) -> dict[str, str]:
