@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 
@@ -67,10 +68,13 @@ async def test_a_gpu_lost_with_health_checks_off_is_a_fault_the_reload_serves() 
         await n.allocatable(8)
         mark = n.sim.last_seq
         n.state.inject_lost(5)
+        before = time.monotonic()
         await n.daemon.reload()
         await n.allocatable(7)
         fault = n.daemon.faults.get(UUIDS[5])
         assert fault is not None and fault.reason == "not found by discovery: GPU is lost"  # NVML's word
+        # Dated on the monitor's clock when the reload saw the loss: recovery's quiet period counts from it.
+        assert before <= fault.last_at <= time.monotonic()
         assert list(n.daemon.faults.snapshot()) == [UUIDS[5]]
         assert served_health(n)[UUIDS[5]] == [fault.health]
         (update, *_) = n.sim.events(EventKind.DEVICES_UPDATED, resource=GPU, after=mark)

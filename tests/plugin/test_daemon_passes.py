@@ -156,3 +156,25 @@ async def test_a_rediscovery_after_a_refused_config_file_serves_the_last_good_co
         assert n.daemon.settings.plugin.deviceIDStrategy == "uuid"
         await n.allocatable(8)
         assert await n.stop() == 0
+
+
+async def test_each_discovery_says_in_one_line_what_it_found_and_what_is_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.config.write_text(
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+            "    - name: nvidia.com/gpu\n      replicas: 2\n"
+        )
+        await n.daemon.reload()
+        await n.allocatable(16)
+        # (The file watcher may reload once more on the write: the first two lines are the start's and ours.)
+        found = [line for line in lines(caplog, logging.INFO) if line.startswith("discovered")]
+        assert found[:2] == [
+            "discovered 8 GPU(s) (driver 550.90.07, CUDA 12.4); serving nvidia.com/gpu=8",
+            "discovered 8 GPU(s) (driver 550.90.07, CUDA 12.4); serving nvidia.com/gpu=16",
+        ]
+        assert await n.stop() == 0
