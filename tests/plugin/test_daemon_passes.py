@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
+import threading
 from pathlib import Path
 
 import pynvml
@@ -16,7 +17,7 @@ import pytest
 
 from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.plugin.prepare import ReloadError
-from tests.plugin.test_daemon import Node, node, until
+from tests.plugin.test_daemon import GPU, Node, node, until
 
 DAEMON = "kubegpu.plugin.daemon"
 
@@ -200,22 +201,46 @@ async def test_the_discovery_line_names_every_resource_served(caplog: pytest.Log
         assert await n.stop() == 0
 
 
+MPS = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+NOT_READY = "not serving nvidia.com/gpu yet: the MPS control daemon is not ready"
+
+
+def mps_env(**env: str) -> dict[str, str]:
+    root = Path(tempfile.mkdtemp(prefix="kg-mps-", dir="/tmp"))
+    return {"MPS_ROOT": str(root / "host"), "KUBEGPU_MPS_CONTAINER_ROOT": str(root / "container"), **env}
+
+
 async def test_the_discovery_line_says_so_when_nothing_is_served_yet(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # GPUs found, but the only resource is MPS and its control daemon does not answer yet: withheld.
     caplog.set_level(logging.INFO, logger=DAEMON)
-    mps = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
-    root = Path(tempfile.mkdtemp(prefix="kg-mps-", dir="/tmp"))
-    async with node(
-        mps, MPS_ROOT=str(root / "host"), KUBEGPU_MPS_CONTAINER_ROOT=str(root / "container")
-    ) as n:
+    async with node(MPS, **mps_env()) as n:
         n.start()
         await until(lambda: discovered(caplog) != [])
         assert discovered(caplog) == ["discovered 8 GPU(s) (driver 550.90.07, CUDA 12.4); serving nothing"]
-        assert lines(caplog, logging.WARNING)[0].startswith(
-            "not serving nvidia.com/gpu yet: the MPS control daemon is not ready"
-        )
+        assert lines(caplog, logging.WARNING)[0].startswith(NOT_READY)
+        assert await n.stop() == 0
+
+
+async def test_an_mps_resource_is_retried_by_one_task_until_its_daemon_answers(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ready = threading.Event()  # the control daemon, as the plugin's check sees it
+
+    def alive(root: Path, resource: str, timeout_s: float) -> tuple[bool, str]:
+        return (True, "") if ready.is_set() else (False, "no pipe yet")
+
+    monkeypatch.setattr("kubegpu.plugin.prepare.mps_daemon_alive", alive)
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node(MPS, **mps_env(KUBEGPU_MPS_RETRY_SECONDS="0.05")) as n:
+        n.start()
+        await until(lambda: caplog.text.count(NOT_READY) >= 4)  # the start and three retries
+        assert n.daemon.supervisor.running("mps-retry") and not n.sim.registered(GPU)
+        ready.set()
+        await n.allocatable(16)
+        await until(lambda: not n.daemon.supervisor.running("mps-retry"))
+        assert len(discovered(caplog)) == 1  # the retries are refreshes: no rediscovery
         assert await n.stop() == 0
 
 
