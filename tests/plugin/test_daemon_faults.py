@@ -15,6 +15,7 @@ import pytest
 
 from kubegpu.kubeletsim import EventKind
 from kubegpu.node.inventory import Health
+from kubegpu.plugin.prepare import why_missing
 from tests.plugin.test_daemon import GPU, UUIDS, Node, node, until
 
 RELOADED_CONFIGS = [
@@ -197,4 +198,18 @@ async def test_lost_gpus_reported_back_together_are_named_in_one_line_and_redisc
         back = [r.getMessage() for r in caplog.records if "recovered after it was lost" in r.getMessage()]
         assert back == [f"GPU 4 ({UUIDS[4]}), 5 ({UUIDS[5]}) recovered after it was lost: rediscovering it"]
         assert n.daemon.faults.snapshot() == {}
+        assert await n.stop() == 0
+
+
+async def test_why_a_gpu_is_missing_is_what_nvml_says_of_its_uuid() -> None:
+    # A GPU discovery skipped while NVML still finds it by UUID (one of its reads failed) has no NVML error
+    # to quote: the reason is discovery's alone.
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.state.inject_lost(5)
+        assert why_missing(n.daemon._backend.nvml, [UUIDS[3], UUIDS[5]]) == {
+            UUIDS[3]: "not found by discovery",
+            UUIDS[5]: "not found by discovery: GPU is lost",
+        }
         assert await n.stop() == 0

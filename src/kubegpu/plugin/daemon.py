@@ -122,7 +122,7 @@ class Daemon:
             raise StartupError(str(err)) from err
         self._cdi = CdiSpecWriter(settings.env.cdi_root)
         self.faults = FaultBook()  # outlives every monitor, reload and server
-        self._preparer = Preparer(self._backend, self.faults)
+        self._preparer = Preparer(self._backend)
         self.serving = Serving(self.faults, self.registrar, self.metrics, self.plugin_dir)
         self.health_watch = HealthWatch(
             lambda: self.nvml, self.health_settings, self.faults, self.metrics, self.supervisor
