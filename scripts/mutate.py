@@ -185,7 +185,6 @@ TARGETS: dict[str, Target] = {
         RELOAD_TESTS,
         functions=(
             f"{PREPARE}x_why_missing__mutmut_*",
-            f"{PREPARE}x_missing_health__mutmut_*",
             f"{PREPARE}xǁPreparerǁprepare__mutmut_*",
             f"{PREPARE}xǁSettingsLoaderǁload__mutmut_*",
         ),

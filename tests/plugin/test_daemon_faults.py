@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 
 from kubegpu.kubeletsim import EventKind
 from kubegpu.node.inventory import Health
+from kubegpu.plugin.prepare import why_missing
 from tests.plugin.test_daemon import GPU, UUIDS, Node, node, until
 
 RELOADED_CONFIGS = [
@@ -32,13 +34,20 @@ def served_health(n: Node) -> dict[str, list[Health]]:
     return out
 
 
-async def test_a_successful_reload_serves_every_fault_of_the_fault_book() -> None:
+async def test_a_successful_reload_serves_every_fault_of_the_fault_book(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="kubegpu.plugin.daemon")
     async with node() as n:
         n.start()
         await n.allocatable(8)
         n.state.inject_xid(2, 79)
         n.state.inject_xid(5, 48)
         await n.allocatable(6)
+        # Each health change served says how many devices are left (an update, not a new registration).
+        healthy = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"{GPU}: ")]
+        assert healthy[-1] == f"{GPU}: 6 of 8 devices healthy"
+        assert len(n.sim.events(EventKind.REGISTERED, resource=GPU)) == 1
         faults = n.daemon.faults.snapshot()
         assert sorted(faults) == sorted([UUIDS[2], UUIDS[5]])
         for config, allocatable in zip(RELOADED_CONFIGS, [6, 6, 12], strict=True):
@@ -67,10 +76,13 @@ async def test_a_gpu_lost_with_health_checks_off_is_a_fault_the_reload_serves() 
         await n.allocatable(8)
         mark = n.sim.last_seq
         n.state.inject_lost(5)
+        before = time.monotonic()
         await n.daemon.reload()
         await n.allocatable(7)
         fault = n.daemon.faults.get(UUIDS[5])
         assert fault is not None and fault.reason == "not found by discovery: GPU is lost"  # NVML's word
+        # Dated on the monitor's clock when the reload saw the loss: recovery's quiet period counts from it.
+        assert before <= fault.last_at <= time.monotonic()
         assert list(n.daemon.faults.snapshot()) == [UUIDS[5]]
         assert served_health(n)[UUIDS[5]] == [fault.health]
         (update, *_) = n.sim.events(EventKind.DEVICES_UPDATED, resource=GPU, after=mark)
@@ -159,4 +171,45 @@ async def test_a_lost_gpu_whose_fault_was_cleared_stays_unhealthy_through_a_refr
         ]
         assert served_health(n)[UUIDS[5]] == [again.health]
         await n.allocatable(7)
+        assert await n.stop() == 0
+
+
+async def test_lost_gpus_reported_back_together_are_named_in_one_line_and_rediscovered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The monitor clears the faults of GPUs that pass its recovery probes and signals the change; here its
+    # two steps are taken by hand for two GPUs at once (health checks off: nothing else touches the book).
+    caplog.set_level(logging.INFO, logger="kubegpu.plugin.daemon")
+    async with node(DP_DISABLE_HEALTHCHECKS="all") as n:
+        n.start()
+        await n.allocatable(8)
+        n.state.inject_lost(4)
+        n.state.inject_lost(5)
+        await n.daemon.reload()
+        await n.allocatable(6)
+        n.state.recover(4)
+        n.state.recover(5)
+        for uuid in UUIDS[4:6]:
+            fault = n.daemon.faults.get(uuid)
+            assert fault is not None and n.daemon.faults.clear(uuid, fault)
+        n.daemon.health_watch.changed.set()
+        await n.allocatable(8)
+        await until(lambda: n.daemon.serving.missing == {})  # found by the rediscovery
+        back = [r.getMessage() for r in caplog.records if "recovered after it was lost" in r.getMessage()]
+        assert back == [f"GPU 4 ({UUIDS[4]}), 5 ({UUIDS[5]}) recovered after it was lost: rediscovering it"]
+        assert n.daemon.faults.snapshot() == {}
+        assert await n.stop() == 0
+
+
+async def test_why_a_gpu_is_missing_is_what_nvml_says_of_its_uuid() -> None:
+    # A GPU discovery skipped while NVML still finds it by UUID (one of its reads failed) has no NVML error
+    # to quote: the reason is discovery's alone.
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.state.inject_lost(5)
+        assert why_missing(n.daemon._backend.nvml, [UUIDS[3], UUIDS[5]]) == {
+            UUIDS[3]: "not found by discovery",
+            UUIDS[5]: "not found by discovery: GPU is lost",
+        }
         assert await n.stop() == 0

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
+import threading
+from pathlib import Path
 
+import pynvml
 import pytest
 
+from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.plugin.prepare import ReloadError
-from tests.plugin.test_daemon import Node, node
+from tests.plugin.test_daemon import GPU, Node, node, until
 
 DAEMON = "kubegpu.plugin.daemon"
 
@@ -155,4 +160,120 @@ async def test_a_rediscovery_after_a_refused_config_file_serves_the_last_good_co
         assert all(line.startswith("config reload failed, keeping") for line in refused), refused
         assert n.daemon.settings.plugin.deviceIDStrategy == "uuid"
         await n.allocatable(8)
+        assert await n.stop() == 0
+
+
+async def test_each_discovery_says_in_one_line_what_it_found_and_what_is_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        n.config.write_text(
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+            "    - name: nvidia.com/gpu\n      replicas: 2\n"
+        )
+        await n.daemon.reload()
+        await n.allocatable(16)
+        # (The file watcher may reload once more on the write: the first two lines are the start's and ours.)
+        found = [line for line in lines(caplog, logging.INFO) if line.startswith("discovered")]
+        assert found[:2] == [
+            "discovered 8 GPU(s) (driver 550.90.07, CUDA 12.4); serving nvidia.com/gpu=8",
+            "discovered 8 GPU(s) (driver 550.90.07, CUDA 12.4); serving nvidia.com/gpu=16",
+        ]
+        assert await n.stop() == 0
+
+
+def discovered(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [line for line in lines(caplog, logging.INFO) if line.startswith("discovered")]
+
+
+async def test_the_discovery_line_names_every_resource_served(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node(KUBEGPU_FAKE_NVML="a100-mig", MIG_STRATEGY="mixed") as n:
+        n.start()
+        await until(lambda: discovered(caplog) != [])
+        assert discovered(caplog) == [
+            "discovered 4 GPU(s) (driver 550.90.07, CUDA 12.4); serving nvidia.com/gpu=1, "
+            "nvidia.com/mig-1g.5gb=8, nvidia.com/mig-2g.10gb=1, nvidia.com/mig-3g.20gb=3"
+        ]
+        assert await n.stop() == 0
+
+
+MPS = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+NOT_READY = "not serving nvidia.com/gpu yet: the MPS control daemon is not ready"
+
+
+def mps_env(**env: str) -> dict[str, str]:
+    root = Path(tempfile.mkdtemp(prefix="kg-mps-", dir="/tmp"))
+    return {"MPS_ROOT": str(root / "host"), "KUBEGPU_MPS_CONTAINER_ROOT": str(root / "container"), **env}
+
+
+async def test_the_discovery_line_says_so_when_nothing_is_served_yet(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GPUs found, but the only resource is MPS and its control daemon does not answer yet: withheld.
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node(MPS, **mps_env()) as n:
+        n.start()
+        await until(lambda: discovered(caplog) != [])
+        assert discovered(caplog) == ["discovered 8 GPU(s) (driver 550.90.07, CUDA 12.4); serving nothing"]
+        assert lines(caplog, logging.WARNING)[0].startswith(NOT_READY)
+        assert await n.stop() == 0
+
+
+async def test_an_mps_resource_is_retried_by_one_task_until_its_daemon_answers(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ready = threading.Event()  # the control daemon, as the plugin's check sees it
+
+    def alive(root: Path, resource: str, timeout_s: float) -> tuple[bool, str]:
+        return (True, "") if ready.is_set() else (False, "no pipe yet")
+
+    monkeypatch.setattr("kubegpu.plugin.prepare.mps_daemon_alive", alive)
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node(MPS, **mps_env(KUBEGPU_MPS_RETRY_SECONDS="0.05")) as n:
+        n.start()
+        await until(lambda: caplog.text.count(NOT_READY) >= 4)  # the start and three retries
+        assert n.daemon.supervisor.running("mps-retry") and not n.sim.registered(GPU)
+        ready.set()
+        await n.allocatable(16)
+        await until(lambda: not n.daemon.supervisor.running("mps-retry"))
+        assert len(discovered(caplog)) == 1  # the retries are refreshes: no rediscovery
+        assert await n.stop() == 0
+
+
+async def test_versions_nvml_cannot_read_are_a_question_mark_in_the_discovery_line(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def not_supported(self: FakeNvml) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    for call in (
+        "nvmlSystemGetDriverVersion",
+        "nvmlSystemGetCudaDriverVersion",
+        "nvmlSystemGetCudaDriverVersion_v2",
+    ):
+        monkeypatch.setattr(FakeNvml, call, not_supported)
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        assert discovered(caplog) == ["discovered 8 GPU(s) (driver ?, CUDA ?); serving nvidia.com/gpu=8"]
+        assert await n.stop() == 0
+
+
+async def test_no_gpus_is_said_once_while_the_retry_keeps_looking(caplog: pytest.LogCaptureFixture) -> None:
+    # failOnInitError=false on a node without a driver: NVIDIA's line once, not once per retry, and one
+    # retry task that keeps running passes.
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    env = {"FAIL_ON_INIT_ERROR": "false", "KUBEGPU_DISCOVERY_RETRY_SECONDS": "0.05"}
+    async with node(KUBEGPU_FAKE_NVML="no-driver", **env) as n:
+        n.start()
+        await until(lambda: caplog.text.count("(failOnInitError=false: staying up)") >= 4)
+        assert [line for line in lines(caplog, logging.WARNING) if "staying up" not in line] == [
+            "No devices found. Waiting indefinitely."
+        ]
+        assert n.daemon.supervisor.running("discovery-retry")
         assert await n.stop() == 0

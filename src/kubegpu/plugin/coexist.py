@@ -52,12 +52,11 @@ class DraAnnouncer:
     def __init__(self) -> None:
         self._said: tuple[tuple[str, ...], GpuSelection] | None = None  # what was logged last
 
-    def rediscovered(
-        self, to_dra: tuple[Gpu, ...], served: tuple[Gpu, ...], selection: GpuSelection, had_dra: bool
-    ) -> None:
-        """After a discovery: `to_dra` left to DRA, `served` kept; `had_dra`: DRA had GPUs before it."""
+    def rediscovered(self, to_dra: tuple[Gpu, ...], served: tuple[Gpu, ...], selection: GpuSelection) -> None:
+        """After a discovery: `to_dra` left to DRA, `served` kept. Silent without a selection (it is read at
+        start only, so then nothing is ever left to DRA)."""
         said = (tuple(g.uuid for g in to_dra), selection)
-        if said == self._said or (selection.empty and not had_dra):
+        if said == self._said or selection.empty:
             return
         self._said = said
         log.info("%s", describe(to_dra, selection))

@@ -122,7 +122,7 @@ class Daemon:
             raise StartupError(str(err)) from err
         self._cdi = CdiSpecWriter(settings.env.cdi_root)
         self.faults = FaultBook()  # outlives every monitor, reload and server
-        self._preparer = Preparer(self._backend, self.faults)
+        self._preparer = Preparer(self._backend)
         self.serving = Serving(self.faults, self.registrar, self.metrics, self.plugin_dir)
         self.health_watch = HealthWatch(
             lambda: self.nvml, self.health_settings, self.faults, self.metrics, self.supervisor
@@ -272,7 +272,7 @@ class Daemon:
             if load_config:
                 self.metrics.config_reload("error")
             return
-        previous = self.settings.log_json() if load_config else ""  # what the reload line compares
+        previous = self.settings  # what a reload's line compares (the apply replaces it)
         try:
             applied = await self._apply(candidate)
         except Exception as err:
@@ -282,7 +282,7 @@ class Daemon:
         if load_config:
             self.metrics.config_reload(None)
             # One line: what changed in the config and what that changed in what is served.
-            changed = config_changes(previous, settings.log_json())
+            changed = config_changes(previous.log_json(), settings.log_json())
             log.info("reload complete: %s; served: %s", changed, applied.summary())
 
     async def _prepare(self, settings: PluginSettings, *, rediscover: bool) -> Candidate:
@@ -304,8 +304,9 @@ class Daemon:
                 )
         serving = self.serving
         if candidate.rediscovered:
-            selection, had_dra = candidate.settings.dra_gpus, bool(serving.to_dra)
-            self._dra_announcer.rediscovered(candidate.to_dra, candidate.base.gpus, selection, had_dra)
+            self._dra_announcer.rediscovered(
+                candidate.to_dra, candidate.base.gpus, candidate.settings.dra_gpus
+            )
         async with serving.lock:
             self.settings = candidate.settings
             serving.take(candidate)

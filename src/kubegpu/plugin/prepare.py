@@ -21,14 +21,12 @@ from kubegpu.allocation.from_settings import allocate_options, resource_options
 from kubegpu.allocation.resources import Resource, ResourceError, ResourceOptions, build_resources
 from kubegpu.node.discovery import discover, explain_nvml_error
 from kubegpu.node.driverfiles import ImexChannelError
-from kubegpu.node.faults import Fault, FaultBook
-from kubegpu.node.inventory import Gpu, Health, Inventory
+from kubegpu.node.inventory import Gpu, Inventory
 from kubegpu.node.mps_control import mps_daemon_alive
 from kubegpu.node.nvml.backend import NvmlBackend
-from kubegpu.node.xids import XidAction
 from kubegpu.plugin.cdi_files import CdiSpecWriter
 from kubegpu.plugin.coexist import leave_to_dra
-from kubegpu.plugin.reconcile import carry_missing, with_faults
+from kubegpu.plugin.reconcile import carry_missing
 from kubegpu.settings.nvidia_config import ConfigError
 from kubegpu.settings.plugin import PluginSettings
 from kubegpu.settings.table import CDI_ROOT_ENV
@@ -112,12 +110,6 @@ def why_missing(nvml: Any, uuids: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def missing_health(faults: FaultBook, reasons: Mapping[str, str], uuid: str) -> Health:
-    """How a GPU discovery lost will be served: its fault, or the one the daemon's apply will record."""
-    fault = faults.get(uuid) or Fault(XidAction.RESET_GPU, reasons.get(uuid, MISSING), None, 0.0)
-    return fault.health
-
-
 async def mps_not_ready(resources: Sequence[Resource], settings: PluginSettings) -> frozenset[str]:
     """MPS resources whose control daemon does not answer yet: left out, and retried later.
 
@@ -197,9 +189,8 @@ class Preparer:
     """Builds a `Candidate` from settings and (re)discovery, NVML initialised on first use. Changes nothing
     that is served."""
 
-    def __init__(self, backend: NvmlBackend, faults: FaultBook) -> None:
+    def __init__(self, backend: NvmlBackend) -> None:
         self._backend = backend
-        self._faults = faults
         self.nvml_up = False
 
     async def prepare(self, settings: PluginSettings, current: Current, *, rediscover: bool) -> Candidate:
@@ -219,14 +210,14 @@ class Preparer:
             allocate_opts = await asyncio.to_thread(allocate_options, settings)
         except ImexChannelError as err:
             raise ReloadError("resources", str(err)) from err
-        faults = self._faults.health() | {u: missing_health(self._faults, reasons, u) for u in missing}
-        served = with_faults(base, faults)
+        # Health plays no part here: what is served takes its health from the fault book when the daemon
+        # applies the candidate (serving.py), where the lost GPUs' faults are recorded first.
         try:
-            resources = build_resources(served, resource_opts)
+            resources = build_resources(base, resource_opts)
         except ResourceError as err:
             raise ReloadError("resources", str(err)) from err
         withheld = await mps_not_ready(resources, settings)
-        specs = specs_for(served, settings, allocate_opts.imex_channels, resource_opts.mig_minors)
+        specs = specs_for(base, settings, allocate_opts.imex_channels, resource_opts.mig_minors)
         return Candidate(
             settings=settings,
             base=base,
