@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kubegpu.common.quoting import plain_id
 from kubegpu.dra.checkpoint import COMPLETED, Checkpoint
 from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs
@@ -61,6 +62,11 @@ StatusWriter = Callable[[AllocatedClaim, list[dict[str, Any]]], None]
 
 def _failed(failure: Failure) -> Outcome:
     return Outcome(error=failure.message, kind=failure.kind)
+
+
+def _named(claim: AllocatedClaim) -> str:
+    """`claim <namespace>/<name> (<uid>)`, for a log line."""
+    return f"claim {plain_id(claim.namespace)}/{plain_id(claim.name)} ({plain_id(claim.uid)})"
 
 
 class Preparer(ClaimDevices):
@@ -217,15 +223,20 @@ class Preparer(ClaimDevices):
             return
         loop = asyncio.get_running_loop()
         writer = self.status_writer
-        tasks = [loop.run_in_executor(self._reads, writer, c, e) for c, e in pending.values()]
-        done, late = await asyncio.wait(tasks, timeout=self.reader.timeout)
-        for task in late:
-            task.cancel()
-        for task in done:
-            if task.exception() is not None:
-                log.warning("cannot write a claim's status.devices: %s", task.exception())
+        tasks = {loop.run_in_executor(self._reads, writer, c, e): c for c, e in pending.values()}
+        _, late = await asyncio.wait(tasks, timeout=self.reader.timeout)
+        for task, claim in tasks.items():
+            if task in late:
+                task.cancel()
+            elif task.exception() is not None:
+                log.warning("cannot write the status.devices of %s: %s", _named(claim), task.exception())
         if late:
-            log.warning("%d claim status write(s) did not finish within %g s", len(late), self.reader.timeout)
+            log.warning(
+                "%d claim status write(s) did not finish within %g s: %s",
+                len(late),
+                self.reader.timeout,
+                ", ".join(_named(claim) for task, claim in tasks.items() if task in late),
+            )
 
     async def _confirmed(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> bool:
         """After a lost checkpoint, rebuild first; False (each claim refused, the kubelet retries) while the
