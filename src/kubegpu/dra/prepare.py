@@ -272,9 +272,27 @@ class Preparer(ClaimDevices):
             return True
         # Cut short earlier (PrepareStarted): undo what it may have done, then start over.
         log.info("%s (%s): rolling back an unfinished Prepare", ref.describe(), ref.uid)
-        self.specs.remove(ref.uid)
-        self.checkpoint.remove(ref.uid)
-        return False
+        failed = self._roll_back(ref)
+        if failed is None:
+            return False
+        out[ref.uid] = Outcome(error=f"{failed}; {RETRY}", kind="io")
+        return True
+
+    def _roll_back(self, ref: ClaimRef) -> str | None:
+        """Remove what an unfinished Prepare of the claim left (its spec, its checkpoint entry); what failed
+        (logged), or None. A disk that refuses leaves the entry PrepareStarted on disk: the next Prepare of
+        the claim, here or in a new driver process, rolls it back again."""
+        try:
+            self.specs.remove(ref.uid)
+            self.checkpoint.remove(ref.uid)
+        except OSError as err:
+            failed = (
+                f"{ref.describe()}: cannot roll back an unfinished Prepare: {err.filename or 'a file'}: "
+                f"{err.strerror}"
+            )
+            log.error("%s", failed)
+            return failed
+        return None
 
     async def _read_all(self, refs: list[ClaimRef]) -> dict[str, AllocatedClaim | Failure]:
         """Each claim from the API server, a few at a time, all within the reader's timeout: a claim not
@@ -320,10 +338,9 @@ class Preparer(ClaimDevices):
         except (ClaimError, ConfigError) as err:
             return Outcome(error=str(err), kind=getattr(err, "kind", "config"))
         except OSError as err:  # the CDI root or the checkpoint cannot be written
-            self.specs.remove(ref.uid)
-            self.checkpoint.remove(ref.uid)
             message = f"{ref.describe()}: cannot write {err.filename or 'a file'}: {err.strerror}"
             log.error("%s", message)
+            self._roll_back(ref)  # a disk that refused the write may refuse this too: logged, not raised
             return Outcome(error=message, kind="io")
 
     def prepare_allocated(self, claim: AllocatedClaim) -> Outcome:
