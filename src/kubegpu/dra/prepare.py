@@ -156,7 +156,8 @@ class Preparer(ClaimDevices):
                 "stay held until the API server confirms the claims",
                 len(self.orphans),
                 ", ".join(
-                    f"{uid}: {', '.join(d) or 'no readable devices'}" for uid, d in self.orphans.items()
+                    f"{uid}: {', '.join(d) or 'no readable devices'}"
+                    for uid, d in sorted(self.orphans.items())
                 ),
             )
             self.orphans_found.set()
