@@ -80,15 +80,18 @@ class Node:
 
 
 @contextmanager
-def shared_node(tmp_path: Path, timeout: float = 5.0) -> Iterator[Node]:
-    preparer, _ = make(tmp_path)
-    preparer.gates, preparer.shares = parse_feature_gates("ConsumableShares=true"), "memory"
+def shared_node(tmp_path: Path, timeout: float = 5.0, *, shares: bool = True) -> Iterator[Node]:
+    """`shares`: ConsumableShares on (else off, as when a claim allocated while it was on comes later)."""
+    if shares:
+        preparer, _ = make(tmp_path, gates=parse_feature_gates("ConsumableShares=true"), shares="memory")
+    else:
+        preparer, _ = make(tmp_path)
     with ApiServerSim() as api:
         client = KubeClient(ApiAccess(server=api.url))
         reader = ClaimReader(client, "gpu.nvidia.com", timeout)
         preparer.reader = reader
-        # As the driver wires it (dra/daemon.py): the writer's own timeout, the reader's version.
-        preparer.status_writer = ClaimStatusWriter(client, lambda: reader.version or "v1", 5.0)
+        if shares:  # as the driver wires it (dra/daemon.py): the writer's own timeout, the reader's version
+            preparer.status_writer = ClaimStatusWriter(client, lambda: reader.version or "v1", 5.0)
         try:
             yield Node(api, preparer)
         finally:
@@ -162,3 +165,15 @@ async def test_status_writes_the_api_server_holds_are_left_behind_and_logged_wit
         ]
         assert node.devices("c1") is None and node.devices("c2") is None
         assert len(node.preparer.checkpoint.claims) == 2
+
+
+async def test_without_consumable_shares_no_status_is_written_even_for_a_shared_allocation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with shared_node(tmp_path, shares=False) as node:
+        node.allocate("c1", "gpu-0", "1Gi")  # allocated as a share while the mode was on
+        with caplog.at_level(logging.WARNING, logger=LOG):
+            assert await node.prepare("c1") == {"c1": ""}
+        assert node.calls() == [("GET", "c1")]
+        assert node.devices("c1") is None
+        assert caplog.messages == []

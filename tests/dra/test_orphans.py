@@ -81,6 +81,19 @@ async def test_a_checkpoint_that_names_every_spec_finds_nothing_to_rebuild(
     assert messages(caplog) == []
 
 
+@pytest.mark.parametrize("gone", ["checkpoint.json", "checkpoint.json.copy"])
+async def test_one_copy_of_the_checkpoint_gone_loses_nothing(tmp_path: Path, gone: str) -> None:
+    preparer = await prepared_then_restarted(tmp_path, keep=("u1", "u2"))
+    (tmp_path / "plugin" / gone).unlink()
+    restarted, reader = make(tmp_path)
+    await restarted.recover()
+    assert (restarted.orphans, restarted.lost, restarted.orphans_found.is_set()) == ({}, None, False)
+    assert sorted(restarted.checkpoint.claims) == ["u1", "u2"] == sorted(preparer.checkpoint.claims)
+    reader.objects["c3"] = allocated("c3", "u3", ["gpu-0"])
+    out = await restarted.prepare([ref("c3", "u3")])  # refused for gpu-0, not for a lost checkpoint
+    assert out["u3"].error == "claim default/c3: device gpu-0 is already prepared for claim default/c1 (u1)"
+
+
 @pytest.mark.parametrize("damage", ["missing", "unreadable"])
 async def test_a_lost_checkpoint_without_specs_still_asks_the_api_server_first(
     tmp_path: Path, damage: str, monkeypatch: pytest.MonkeyPatch

@@ -305,6 +305,29 @@ async def test_unprepare_while_another_process_holds_the_lock_fails_each_claim_a
     assert on_disk(tmp_path) == {} and specs(tmp_path) == []
 
 
+async def test_prepare_while_another_process_holds_the_lock_fails_each_claim_as_such(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    preparer, reader = make(tmp_path)
+    reader.objects["c"] = allocated("c", "u1", ["gpu-0"])
+    with held_by_another_process(tmp_path) as lock, caplog.at_level(logging.WARNING):
+        out = await preparer.prepare([ref("c", "u1"), ClaimRef("default", "", "nameless")])
+    timed_out = (
+        f"timed out after 0.3 s waiting for {lock}: another driver process on this node is preparing or "
+        "unpreparing (a rolling update?); the kubelet retries"
+    )
+    nameless = "claim default/nameless has no UID; send the claim's metadata.uid"
+    assert {u: (o.error, o.kind) for u, o in out.items()} == {
+        "u1": (timed_out, "lock"),
+        "": (nameless, "no-uid"),
+    }
+    assert preparer.failures.counts == {"lock": 1, "no-uid": 1}
+    assert messages(caplog, "kubegpu.dra.claim_calls") == [
+        ("WARNING", f"NodePrepareResources: 2 of 2 claim(s) failed (lock 1, no-uid 1); the first: {nameless}")
+    ]
+    assert reader.gets == 0 and on_disk(tmp_path) == {} and specs(tmp_path) == []
+
+
 async def test_a_lock_held_at_start_up_leaves_the_scan_to_the_first_call(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
