@@ -58,16 +58,20 @@ async def test_specs_the_checkpoint_does_not_name_are_orphans_named_in_one_warni
 ) -> None:
     preparer = await prepared_then_restarted(tmp_path, keep=("u1",))
     (tmp_path / "cdi" / SPEC.format("u0")).write_text("{not json")  # a spec cut short: no devices known
+    two = {"devices": [{"name": "u3-gpu-2"}, {"name": "u3-gpu-3"}]}  # from a node with more GPUs
+    (tmp_path / "cdi" / SPEC.format("u3")).write_text(json.dumps(two))
     with caplog.at_level(logging.WARNING, logger=LOG):
         await preparer.recover()
+        for _ in range(2):  # the next calls do not look again while the checkpoint does not change
+            assert await preparer.unprepare([ref("never", "u9")]) == {"u9": ""}
     assert messages(caplog) == [
         (
             "WARNING",
-            "2 CDI spec(s) on disk belong to claims the checkpoint does not name (u0: no readable devices, "
-            "u2: gpu-1): their devices stay held until the API server confirms the claims",
+            "3 CDI spec(s) on disk belong to claims the checkpoint does not name (u0: no readable devices, "
+            "u2: gpu-1, u3: gpu-2, gpu-3): their devices stay held until the API server confirms the claims",
         )
     ]
-    assert preparer.orphans == {"u0": (), "u2": ("gpu-1",)}
+    assert preparer.orphans == {"u0": (), "u2": ("gpu-1",), "u3": ("gpu-2", "gpu-3")}
     assert preparer.lost == "other" and preparer.orphans_found.is_set()
 
 
