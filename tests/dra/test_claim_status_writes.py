@@ -6,6 +6,7 @@ or holds up the answer."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ import pytest
 
 from kubegpu.apisim import ApiServerSim, Fault
 from kubegpu.dra.claim_status import ClaimStatusWriter
-from kubegpu.dra.claims import ClaimReader
+from kubegpu.dra.claims import AllocatedClaim, ClaimReader
 from kubegpu.dra.kubeapi import KubeClient
 from kubegpu.dra.prepare import Preparer
 from kubegpu.settings.feature_gates import parse_feature_gates
@@ -47,12 +48,25 @@ def entry(name: str, memory: str) -> dict[str, Any]:
     }
 
 
+class OnThreads:
+    """The status writer, recording the threads it is called on."""
+
+    def __init__(self, writer: ClaimStatusWriter) -> None:
+        self.writer = writer
+        self.threads: set[str] = set()
+
+    def __call__(self, claim: AllocatedClaim, entries: list[dict[str, Any]]) -> None:
+        self.threads.add(threading.current_thread().name.rsplit("_", 1)[0])
+        self.writer(claim, entries)
+
+
 class Node:
     """A Preparer with ConsumableShares on, reading and writing claims through the simulated API server."""
 
-    def __init__(self, api: ApiServerSim, preparer: Preparer) -> None:
+    def __init__(self, api: ApiServerSim, preparer: Preparer, writer: OnThreads) -> None:
         self.api = api
         self.preparer = preparer
+        self.writer = writer
         self.uids: dict[str, str] = {}
 
     def allocate(self, name: str, device: str, memory: str | None = None) -> str:
@@ -90,10 +104,12 @@ def shared_node(tmp_path: Path, timeout: float = 5.0, *, shares: bool = True) ->
         client = KubeClient(ApiAccess(server=api.url))
         reader = ClaimReader(client, "gpu.nvidia.com", timeout)
         preparer.reader = reader
-        if shares:  # as the driver wires it (dra/daemon.py): the writer's own timeout, the reader's version
-            preparer.status_writer = ClaimStatusWriter(client, lambda: reader.version or "v1", 5.0)
+        # As the driver wires it (dra/daemon.py): the writer's own timeout, the reader's version.
+        writer = OnThreads(ClaimStatusWriter(client, lambda: reader.version or "v1", 5.0))
+        if shares:
+            preparer.status_writer = writer
         try:
-            yield Node(api, preparer)
+            yield Node(api, preparer, writer)
         finally:
             preparer.close()
 
@@ -125,6 +141,8 @@ async def test_each_shared_claim_is_written_once_and_a_claim_holding_a_device_wh
         assert node.calls()[before:] == [("GET", "c4"), ("PUT", "c4/status")]
         assert node.devices("c4") == [entry("c4", "4Gi")]
         assert caplog.messages == []
+        # On the claim reads' threads: the driver's API calls in flight stay bounded, and stop with close().
+        assert node.writer.threads == {"claim-read"}
 
 
 async def test_a_refused_status_write_is_logged_with_its_claim_and_the_claims_stay_prepared(

@@ -192,22 +192,27 @@ async def test_a_rebuild_that_fails_refuses_the_new_claims_with_why(tmp_path: Pa
     assert sorted(preparer.checkpoint.claims) == [] and preparer.lost == "missing"
 
 
-async def test_orphans_settled_by_the_api_server_are_rebuilt_or_removed_and_counted(
+async def test_orphans_the_api_server_does_not_hold_here_are_removed_with_why_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     preparer, reader = await lose_the_checkpoint(tmp_path)
     del reader.objects["c2"]  # deleted while the driver was down
+    reader.objects["c1"] = allocated("c1", "u1", ["gpu-0"], reserved=False)  # its pod is gone
     caplog.clear()
     with caplog.at_level(logging.INFO, logger=LOG):
         assert await rebuild(preparer) == 2
-    assert messages(caplog) == [
+    assert sorted(messages(caplog)) == [  # in the order the specs are listed: any
+        (
+            "INFO",
+            "removed the CDI spec of claim u1, prepared before the checkpoint was lost: claim default/c1 is "
+            "not reserved for any pod (status.reservedFor is empty)",
+        ),
         (
             "INFO",
             "removed the CDI spec of claim u2, prepared before the checkpoint was lost: the API server has "
             "no claim with this UID allocated on this node",
-        )
+        ),
     ]
-    assert preparer.settled == {"rebuilt": 1, "removed": 1}
+    assert preparer.settled == {"removed": 2}
     assert (preparer.orphans, preparer.orphan_sharing, preparer.lost) == ({}, {}, None)
-    assert specs(tmp_path) == [SPEC.format("u1")]
-    assert json.loads((tmp_path / "cdi" / SPEC.format("u1")).read_text())["devices"][0]["name"] == "u1-gpu-0"
+    assert specs(tmp_path) == [] and preparer.checkpoint.claims == {}

@@ -102,8 +102,9 @@ async def test_a_checkpoint_on_a_read_only_disk_fails_each_claim_of_the_call_not
     assert on_disk(tmp_path) == {"u1": "PrepareCompleted", "u2": "PrepareCompleted"}
 
 
+@pytest.mark.parametrize("disk", ["read-only", "full"])
 async def test_an_unfinished_prepare_that_cannot_be_rolled_back_fails_its_claim_until_it_can(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, disk: str
 ) -> None:
     preparer, reader = make(tmp_path)
     reader.objects["c"] = allocated("c", "u1", ["gpu-0"])
@@ -112,13 +113,16 @@ async def test_an_unfinished_prepare_that_cannot_be_rolled_back_fails_its_claim_
     )
     path = tmp_path / "plugin" / "checkpoint.json"
 
-    def read_only(target: Path, data: bytes, **kwargs: Any) -> bool:
+    def refused(target: Path, data: bytes, **kwargs: Any) -> bool:
+        if disk == "full":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # from os.write: no file name
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(target))
 
     with monkeypatch.context() as patch, caplog.at_level(logging.INFO):
-        patch.setattr(checkpoint_module, "write_atomic", read_only)
+        patch.setattr(checkpoint_module, "write_atomic", refused)
         out = await preparer.prepare([ref("c", "u1")])
-    failed = f"claim default/c: cannot roll back an unfinished Prepare: {path}: Read-only file system"
+    why = f"{path}: Read-only file system" if disk == "read-only" else "a file: No space left on device"
+    failed = f"claim default/c: cannot roll back an unfinished Prepare: {why}"
     assert (out["u1"].error, out["u1"].kind) == (f"{failed}; {RETRY}", "io")
     assert messages(caplog, "kubegpu.dra.prepare") == [
         ("INFO", "claim default/c (u1): rolling back an unfinished Prepare"),
@@ -130,7 +134,7 @@ async def test_an_unfinished_prepare_that_cannot_be_rolled_back_fails_its_claim_
     assert on_disk(tmp_path) == {"u1": "PrepareCompleted"} and specs(tmp_path) == [SPEC.format("u1")]
 
 
-async def test_a_config_the_driver_cannot_apply_fails_only_its_claim_and_touches_nothing(
+async def test_a_config_the_driver_cannot_apply_or_a_busy_device_fails_only_its_claim(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     preparer, reader = make(tmp_path)
@@ -148,18 +152,19 @@ async def test_a_config_the_driver_cannot_apply_fails_only_its_claim_and_touches
     ]
     reader.objects["c"] = allocated("c", "u1", ["gpu-0"], config=config)
     reader.objects["d"] = allocated("d", "u2", ["gpu-1"])
+    reader.objects["e"] = allocated("e", "u3", ["gpu-1"])
     with caplog.at_level(logging.WARNING):
-        out = await preparer.prepare([ref("c", "u1"), ref("d", "u2")])
-    assert (out["u1"].error, out["u1"].kind) == (
-        "unknown GPU sharing strategy: Bogus; use TimeSlicing or MPS",
-        "config",
-    )
-    assert out["u2"].error == ""
-    assert preparer.failures.counts == {"config": 1}
+        out = await preparer.prepare([ref("c", "u1"), ref("d", "u2"), ref("e", "u3")])
+    assert {u: (o.error, o.kind) for u, o in out.items()} == {
+        "u1": ("unknown GPU sharing strategy: Bogus; use TimeSlicing or MPS", "config"),
+        "u2": ("", ""),
+        "u3": ("claim default/e: device gpu-1 is already prepared for claim default/d (u2)", "busy"),
+    }
+    assert preparer.failures.counts == {"config": 1, "busy": 1}
     assert messages(caplog, "kubegpu.dra.claim_calls") == [
         (
             "WARNING",
-            "NodePrepareResources: 1 of 2 claim(s) failed (config 1); the first: unknown GPU sharing "
+            "NodePrepareResources: 2 of 3 claim(s) failed (busy 1, config 1); the first: unknown GPU sharing "
             "strategy: Bogus; use TimeSlicing or MPS",
         )
     ]
