@@ -11,7 +11,6 @@ import fcntl
 import json
 import logging
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,8 +22,8 @@ from kubegpu.dra import checkpoint as checkpoint_module
 from kubegpu.dra import claim_cdi
 from kubegpu.dra.checkpoint import STARTED, PreparedClaim, PreparedDevice
 from kubegpu.dra.claim_calls import ClaimRef
-from kubegpu.dra.claims import AllocatedClaim
-from tests.dra.test_prepare import Reader, allocated, make, ref
+from tests.dra.test_prepare import allocated, make, ref
+from tests.dra.test_preparer_setup import HeldReader
 
 RETRY = "the kubelet will retry"
 SPEC = "k8s.gpu.nvidia.com-claim_{}.json"
@@ -216,39 +215,11 @@ async def test_a_prepared_claim_is_answered_from_the_checkpoint_and_a_uid_of_ano
     assert on_disk(tmp_path) == {"u1": "PrepareCompleted"} and specs(tmp_path) == [SPEC.format("u1")]
 
 
-class SlowReader(Reader):
-    """Answers a claim named `slow` only once `release` is set, the others once that read is in flight;
-    records how many reads overlap at most."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = threading.Event()
-        self.slow_started = threading.Event()
-        self.busy = 0
-        self.most = 0
-        self._count = threading.Lock()
-
-    def get(self, namespace: str, name: str, uid: str) -> AllocatedClaim:
-        with self._count:
-            self.busy += 1
-            self.most = max(self.most, self.busy)
-        try:
-            if name == "slow":
-                self.slow_started.set()
-                self.release.wait(10)
-            else:
-                self.slow_started.wait(10)
-            return super().get(namespace, name, uid)
-        finally:
-            with self._count:
-                self.busy -= 1
-
-
 async def test_a_claim_the_api_server_does_not_read_in_time_fails_and_the_others_of_the_call_do_not(
     tmp_path: Path,
 ) -> None:
     preparer, _ = make(tmp_path)
-    reader = SlowReader()
+    reader = HeldReader(held={"slow"}, hold_s=10.0)
     reader.timeout = 1.0
     preparer.reader = reader
     reader.objects["c0"] = allocated("c0", "u0", ["gpu-0"])
@@ -266,6 +237,13 @@ async def test_a_claim_the_api_server_does_not_read_in_time_fails_and_the_others
     assert reader.most == 2  # two reads of one call at a time, so other calls find threads free
     assert preparer.failures.counts == {"api": 1}
     assert on_disk(tmp_path) == {"u0": "PrepareCompleted", "u1": "PrepareCompleted"}
+
+
+def lock_timed_out(lock: Path) -> str:
+    return (
+        f"timed out after 0.3 s waiting for {lock}: another driver process on this node is preparing or "
+        "unpreparing (a rolling update?); the kubelet retries"
+    )
 
 
 @contextmanager
@@ -289,10 +267,7 @@ async def test_unprepare_while_another_process_holds_the_lock_fails_each_claim_a
     calls = [ref("c", "u1"), ref("never", "u9"), ref("twice", "u5"), ref("twice", "u5")]
     with held_by_another_process(tmp_path) as lock, caplog.at_level(logging.WARNING):
         answer = await preparer.unprepare(calls)
-    timed_out = (
-        f"timed out after 0.3 s waiting for {lock}: another driver process on this node is preparing or "
-        "unpreparing (a rolling update?); the kubelet retries"
-    )
+    timed_out = lock_timed_out(lock)
     twice = (
         "claim UID u5 appears 2 times in one call (claim default/twice, claim default/twice); send each "
         "claim once"
@@ -317,10 +292,7 @@ async def test_prepare_while_another_process_holds_the_lock_fails_each_claim_as_
     reader.objects["c"] = allocated("c", "u1", ["gpu-0"])
     with held_by_another_process(tmp_path) as lock, caplog.at_level(logging.WARNING):
         out = await preparer.prepare([ref("c", "u1"), ClaimRef("default", "", "nameless")])
-    timed_out = (
-        f"timed out after 0.3 s waiting for {lock}: another driver process on this node is preparing or "
-        "unpreparing (a rolling update?); the kubelet retries"
-    )
+    timed_out = lock_timed_out(lock)
     nameless = "claim default/nameless has no UID; send the claim's metadata.uid"
     assert {u: (o.error, o.kind) for u, o in out.items()} == {
         "u1": (timed_out, "lock"),
@@ -344,12 +316,7 @@ async def test_a_lock_held_at_start_up_leaves_the_scan_to_the_first_call(
     with held_by_another_process(tmp_path) as lock, caplog.at_level(logging.WARNING):
         await restarted.recover()
     assert messages(caplog, "kubegpu.dra.prepare") == [
-        (
-            "WARNING",
-            f"the claims on disk are looked at on the first call: timed out after 0.3 s waiting for "
-            f"{lock}: another driver process on this node is preparing or unpreparing (a rolling update?); "
-            "the kubelet retries",
-        )
+        ("WARNING", f"the claims on disk are looked at on the first call: {lock_timed_out(lock)}")
     ]
     assert restarted.orphans == {} and restarted.lost is None  # not looked at yet
     assert await restarted.unprepare([ref("other", "u7")]) == {"u7": ""}  # the first call scans

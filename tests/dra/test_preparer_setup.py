@@ -9,7 +9,7 @@ import asyncio
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from pathlib import Path
 
 from kubegpu.dra.claims import AllocatedClaim
@@ -55,11 +55,15 @@ async def test_the_gates_and_the_time_slicer_given_at_start_are_used(tmp_path: P
 
 
 class HeldReader(Reader):
-    """Every read waits for `release` (at most `hold_s`); counts the reads in flight and their threads."""
+    """Reads of the claims named in `held` (all when None) wait for `release`, at most `hold_s`; the other
+    reads wait until one of those is in flight. Counts the reads in flight (at most: `most`) and the threads
+    they run on."""
 
-    def __init__(self, hold_s: float = 5.0) -> None:
+    def __init__(self, held: Container[str] | None = None, hold_s: float = 5.0) -> None:
         super().__init__()
+        self.held = held
         self.release = threading.Event()
+        self.held_started = threading.Event()
         self.hold_s = hold_s
         self.busy = 0
         self.most = 0
@@ -72,7 +76,11 @@ class HeldReader(Reader):
             self.most = max(self.most, self.busy)
             self.threads.add(threading.current_thread().name.rsplit("_", 1)[0])
         try:
-            self.release.wait(self.hold_s)
+            if self.held is None or name in self.held:
+                self.held_started.set()
+                self.release.wait(self.hold_s)
+            else:
+                self.held_started.wait(self.hold_s)
             return super().get(namespace, name, uid)
         finally:
             with self._count:
