@@ -1,7 +1,8 @@
 """NodePrepareResources / NodeUnprepareResources as the kubelet expects them, free of gRPC.
 
 - Every claim of a call is answered; a claim that fails carries its own error (what failed, and that the
-  kubelet retries), the others go on. Nothing a claim or the API server does fails the whole call.
+  kubelet retries), the others go on. Nothing a claim, the API server or a disk that refuses a write does
+  fails the whole call.
 - Prepare is idempotent: a claim already prepared (this process or an earlier one: the checkpoint) gets the
   same devices and CDI IDs back without being prepared again, and without asking the API server, so
   prepared claims are served through an API server outage. A claim whose last Prepare was cut short is
