@@ -282,8 +282,8 @@ class Preparer(ClaimDevices):
 
     def _roll_back(self, ref: ClaimRef) -> str | None:
         """Remove what an unfinished Prepare of the claim left (its spec, its checkpoint entry); what failed
-        (logged), or None. A disk that refuses leaves the entry PrepareStarted on disk: the next Prepare of
-        the claim, here or in a new driver process, rolls it back again."""
+        (logged), or None. A disk that refuses may leave the entry PrepareStarted on disk: the next Prepare
+        of the claim starts over, and a new driver process rolls the entry back first."""
         try:
             self.specs.remove(ref.uid)
             self.checkpoint.remove(ref.uid)
