@@ -242,6 +242,12 @@ def prepare(name: str, target: Target, test_timeout_s: int) -> Path:
     if not pyproject.exists() or pyproject.read_text() != config:
         pyproject.write_text(config)
         shutil.rmtree(work / "mutants", ignore_errors=True)  # another selection: old verdicts do not hold
+    # mutmut runs a copy of tests/ in mutants/: a test that reads the repository's docs (the DRA targets'
+    # tests/dra/test_coexistence_doc.py) finds them beside it.
+    docs = work / "mutants" / "docs"
+    if not docs.is_symlink():
+        docs.parent.mkdir(exist_ok=True)
+        docs.symlink_to(ROOT / "docs")
     return work
 
 

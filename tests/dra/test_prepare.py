@@ -57,10 +57,16 @@ def allocated(
 
 
 def make(
-    tmp_path: Path, inventory: Inventory | None = None, boot: str = BOOT, *, intact: bool = True
+    tmp_path: Path,
+    inventory: Inventory | None = None,
+    boot: str = BOOT,
+    *,
+    intact: bool = True,
+    **options: Any,
 ) -> tuple[Preparer, Reader]:
     """A Preparer on `tmp_path`; `intact`: a node whose checkpoint is there (written empty if it is not),
-    else one that finds its checkpoint lost and must rebuild before it prepares a new claim."""
+    else one that finds its checkpoint lost and must rebuild before it prepares a new claim. `options`:
+    the Preparer's optional arguments (gates, timeslicer, shares), as the driver passes them."""
     inventory = inventory or make_inventory(2)
     table = device_table(inventory, parse_gpu_selection("all"))
 
@@ -80,6 +86,7 @@ def make(
         reader=reader,
         lock=NodeLock(tmp_path / "plugin" / "pu.lock", 0.3),
         devices=devices,
+        **options,
     )
     return preparer, reader
 

@@ -1,7 +1,8 @@
 """NodePrepareResources / NodeUnprepareResources as the kubelet expects them, free of gRPC.
 
 - Every claim of a call is answered; a claim that fails carries its own error (what failed, and that the
-  kubelet retries), the others go on. Nothing a claim or the API server does fails the whole call.
+  kubelet retries), the others go on. Nothing a claim, the API server or a disk that refuses a write does
+  fails the whole call.
 - Prepare is idempotent: a claim already prepared (this process or an earlier one: the checkpoint) gets the
   same devices and CDI IDs back without being prepared again, and without asking the API server, so
   prepared claims are served through an API server outage. A claim whose last Prepare was cut short is
@@ -37,6 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kubegpu.common.quoting import plain_id
 from kubegpu.dra.checkpoint import COMPLETED, Checkpoint
 from kubegpu.dra.claim_calls import ClaimRef, Failure, FailureCounts, screen
 from kubegpu.dra.claim_cdi import ClaimSpecs
@@ -61,6 +63,11 @@ StatusWriter = Callable[[AllocatedClaim, list[dict[str, Any]]], None]
 
 def _failed(failure: Failure) -> Outcome:
     return Outcome(error=failure.message, kind=failure.kind)
+
+
+def _named(claim: AllocatedClaim) -> str:
+    """`claim <namespace>/<name> (<uid>)`, for a log line."""
+    return f"claim {plain_id(claim.namespace)}/{plain_id(claim.name)} ({plain_id(claim.uid)})"
 
 
 class Preparer(ClaimDevices):
@@ -150,7 +157,8 @@ class Preparer(ClaimDevices):
                 "stay held until the API server confirms the claims",
                 len(self.orphans),
                 ", ".join(
-                    f"{uid}: {', '.join(d) or 'no readable devices'}" for uid, d in self.orphans.items()
+                    f"{uid}: {', '.join(d) or 'no readable devices'}"
+                    for uid, d in sorted(self.orphans.items())
                 ),
             )
             self.orphans_found.set()
@@ -217,15 +225,20 @@ class Preparer(ClaimDevices):
             return
         loop = asyncio.get_running_loop()
         writer = self.status_writer
-        tasks = [loop.run_in_executor(self._reads, writer, c, e) for c, e in pending.values()]
-        done, late = await asyncio.wait(tasks, timeout=self.reader.timeout)
-        for task in late:
-            task.cancel()
-        for task in done:
-            if task.exception() is not None:
-                log.warning("cannot write a claim's status.devices: %s", task.exception())
+        tasks = {loop.run_in_executor(self._reads, writer, c, e): c for c, e in pending.values()}
+        _, late = await asyncio.wait(tasks, timeout=self.reader.timeout)
+        for task, claim in tasks.items():
+            if task in late:
+                task.cancel()
+            elif task.exception() is not None:
+                log.warning("cannot write the status.devices of %s: %s", _named(claim), task.exception())
         if late:
-            log.warning("%d claim status write(s) did not finish within %g s", len(late), self.reader.timeout)
+            log.warning(
+                "%d claim status write(s) did not finish within %g s: %s",
+                len(late),
+                self.reader.timeout,
+                ", ".join(_named(claim) for task, claim in tasks.items() if task in late),
+            )
 
     async def _confirmed(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> bool:
         """After a lost checkpoint, rebuild first; False (each claim refused, the kubelet retries) while the
@@ -261,9 +274,27 @@ class Preparer(ClaimDevices):
             return True
         # Cut short earlier (PrepareStarted): undo what it may have done, then start over.
         log.info("%s (%s): rolling back an unfinished Prepare", ref.describe(), ref.uid)
-        self.specs.remove(ref.uid)
-        self.checkpoint.remove(ref.uid)
-        return False
+        failed = self._roll_back(ref)
+        if failed is None:
+            return False
+        out[ref.uid] = Outcome(error=f"{failed}; {RETRY}", kind="io")
+        return True
+
+    def _roll_back(self, ref: ClaimRef) -> str | None:
+        """Remove what an unfinished Prepare of the claim left (its spec, its checkpoint entry); what failed
+        (logged), or None. A disk that refuses may leave the entry PrepareStarted on disk: the next Prepare
+        of the claim starts over, and a new driver process rolls the entry back first."""
+        try:
+            self.specs.remove(ref.uid)
+            self.checkpoint.remove(ref.uid)
+        except OSError as err:
+            failed = (
+                f"{ref.describe()}: cannot roll back an unfinished Prepare: {err.filename or 'a file'}: "
+                f"{err.strerror}"
+            )
+            log.error("%s", failed)
+            return failed
+        return None
 
     async def _read_all(self, refs: list[ClaimRef]) -> dict[str, AllocatedClaim | Failure]:
         """Each claim from the API server, a few at a time, all within the reader's timeout: a claim not
@@ -309,10 +340,9 @@ class Preparer(ClaimDevices):
         except (ClaimError, ConfigError) as err:
             return Outcome(error=str(err), kind=getattr(err, "kind", "config"))
         except OSError as err:  # the CDI root or the checkpoint cannot be written
-            self.specs.remove(ref.uid)
-            self.checkpoint.remove(ref.uid)
             message = f"{ref.describe()}: cannot write {err.filename or 'a file'}: {err.strerror}"
             log.error("%s", message)
+            self._roll_back(ref)  # a disk that refused the write may refuse this too: logged, not raised
             return Outcome(error=message, kind="io")
 
     def prepare_allocated(self, claim: AllocatedClaim) -> Outcome:
