@@ -6,9 +6,10 @@ Usage: python scripts/mutate.py [--budget-s S] [--jobs N] [--report-only] [MODUL
 Each target is one module and the fast tests that cover it. mutmut runs it in its own work directory,
 .mutation/<target>/ (src/ and tests/ linked in, a pyproject.toml with the target's [tool.mutmut]), so each
 target has its own test selection and keeps its results between runs: a second run tests the mutants of
-functions that changed and again those not killed. mutmut itself runs, for each mutant, only the selected tests that call the
-mutated function. Then the table: per module the mutants, how many the tests killed, the score, and every
-survivor not listed as equivalent in docs/mutation.md (`mutmut show NAME` in the work directory shows one).
+functions that changed and again those not killed. mutmut itself runs, for each mutant, only the selected
+tests that call the mutated function. Then the table: per module the mutants, how many the tests killed, the
+score, and every survivor not listed as equivalent in docs/mutation.md (`mutmut show NAME` in the work
+directory shows one).
 
 Score: (killed + timed out) / (mutants checked - equivalent ones listed in docs/mutation.md); a run cut
 short by its budget says how many it did not check. "no tests" (no selected test calls the function)
@@ -245,6 +246,8 @@ def prepare(name: str, target: Target, test_timeout_s: int) -> Path:
     # mutmut runs a copy of tests/ in mutants/: a test that reads the repository's docs (the DRA targets'
     # tests/dra/test_coexistence_doc.py) finds them beside it.
     docs = work / "mutants" / "docs"
+    if docs.is_symlink() and docs.readlink() != ROOT / "docs":
+        docs.unlink()  # results copied from another checkout
     if not docs.is_symlink():
         docs.parent.mkdir(exist_ok=True)
         docs.symlink_to(ROOT / "docs")
