@@ -235,6 +235,12 @@ def prepare(name: str, target: Target, test_timeout_s: int) -> Path:
     if not pyproject.exists() or pyproject.read_text() != config:
         pyproject.write_text(config)
         shutil.rmtree(work / "mutants", ignore_errors=True)  # another selection: old verdicts do not hold
+    # mutmut runs the tests from its copy, mutants/tests: a test that reads the repository's docs beside
+    # tests/ (tests/dra/test_coexistence_doc.py) finds them there.
+    docs = work / "mutants" / "docs"
+    docs.parent.mkdir(exist_ok=True)
+    if not docs.is_symlink():
+        docs.symlink_to(ROOT / "docs")
     return work
 
 
