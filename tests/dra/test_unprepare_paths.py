@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +31,25 @@ DEPLOYMENTS = "/apis/apps/v1/namespaces/nvidia-dra/deployments"
 
 
 def sharing_claim(
-    name: str, uid: str, device: str, sharing: dict[str, Any] | None, *, share: bool = False
+    name: str,
+    uid: str,
+    device: str,
+    sharing: dict[str, Any] | None,
+    *,
+    share: str | None = None,
+    consumed: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A claim allocated `device`, with a GpuConfig of `sharing` (none when None), held as a share (a
-    shareID and 1Gi consumed, ConsumableShares) or whole."""
+    """A claim allocated `device`, with a GpuConfig of `sharing` (none when None), held whole or, with a
+    shareID `share` (ConsumableShares), as a share that consumed `consumed` (1Gi of memory by default)."""
     config = []
     if sharing is not None:
         params = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": sharing}
         config = [{"source": "FromClaim", "requests": ["gpu"],
                    "opaque": {"driver": "gpu.nvidia.com", "parameters": params}}]  # fmt: skip
     obj = allocated(name, uid, [device], config=config)
-    if share:
+    if share is not None:
         result = obj["status"]["allocation"]["devices"]["results"][0]
-        result.update(shareID=str(uuid.uuid4()), consumedCapacity={"memory": "1Gi"})
+        result.update(shareID=share, consumedCapacity=consumed or {"memory": "1Gi"})
     return obj
 
 
@@ -137,8 +142,8 @@ async def test_a_shared_gpu_keeps_its_time_slice_until_its_last_holder_is_unprep
 ) -> None:
     preparer, reader = make(tmp_path)
     smi_log = time_sliced(preparer, tmp_path, shares=True)
-    reader.objects["a"] = sharing_claim("a", "u-a", "gpu-0", LONG, share=True)
-    reader.objects["b"] = sharing_claim("b", "u-b", "gpu-0", LONG, share=True)
+    reader.objects["a"] = sharing_claim("a", "u-a", "gpu-0", LONG, share="s-a")
+    reader.objects["b"] = sharing_claim("b", "u-b", "gpu-0", LONG, share="s-b")
     reader.objects["w"] = sharing_claim("w", "u-w", "gpu-1", None)  # gpu-1 held whole by another claim
     out = await preparer.prepare([ref("a", "u-a"), ref("b", "u-b"), ref("w", "u-w")])
     assert {uid: o.error for uid, o in out.items()} == {"u-a": "", "u-b": "", "u-w": ""}
@@ -206,8 +211,8 @@ async def test_a_shared_mps_daemon_is_kept_and_said_so_while_another_claim_uses_
 ) -> None:
     preparer, reader = make(tmp_path)
     api = with_mps(preparer, tmp_path, shares=True)
-    reader.objects["a"] = sharing_claim("a", "u-a", "gpu-0", MPS, share=True)
-    reader.objects["b"] = sharing_claim("b", "u-b", "gpu-0", MPS, share=True)
+    reader.objects["a"] = sharing_claim("a", "u-a", "gpu-0", MPS, share="s-a")
+    reader.objects["b"] = sharing_claim("b", "u-b", "gpu-0", MPS, share="s-b")
     reader.objects["w"] = sharing_claim("w", "u-w", "gpu-1", MPS)  # whole: NVIDIA's per-claim daemon
     out = await preparer.prepare([ref("a", "u-a"), ref("b", "u-b"), ref("w", "u-w")])
     assert {uid: o.error for uid, o in out.items()} == {"u-a": "", "u-b": "", "u-w": ""}
