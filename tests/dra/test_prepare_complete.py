@@ -177,10 +177,8 @@ async def test_an_mps_daemon_that_does_not_come_up_fails_the_claim_and_leaves_it
     tmp_path: Path,
 ) -> None:
     preparer, reader = make(tmp_path)
-    with_mps(preparer, tmp_path)
     api = NeverReady()
-    assert preparer.mps is not None
-    preparer.mps.api = api  # type: ignore[assignment]  # the calls it makes, answered
+    with_mps(preparer, tmp_path, api=api)
     reader.objects["c"] = sharing_claim("c", "u1", "gpu-0", MPS)
     out = await preparer.prepare([ref("c", "u1")])
     assert (out["u1"].error, out["u1"].kind) == (

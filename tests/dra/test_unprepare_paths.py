@@ -23,7 +23,7 @@ from kubegpu.node.nvml import fake_smi
 from kubegpu.settings.feature_gates import parse_feature_gates
 from tests.builders import gpu_uuid
 from tests.dra.test_mps_daemon import FakeApi, daemons
-from tests.dra.test_prepare import allocated, make, ref
+from tests.dra.test_prepare import Reader, allocated, make, ref
 from tests.dra.test_rebuild import lose_the_checkpoint
 
 GPU0, GPU1 = gpu_uuid(0), gpu_uuid(1)  # GPU-00000000-1111-2222-3333-000000000000, GPU-00000001-...
@@ -88,15 +88,26 @@ class NodeApi(FakeApi):
         return [path.removeprefix(f"{DEPLOYMENTS}/") for method, path in self.calls if method == "DELETE"]
 
 
-def with_mps(preparer: Preparer, root: Path, *, shares: bool = False) -> NodeApi:
-    """MPSSupport on (and ConsumableShares when `shares`), the fake nvidia-smi logging to root/smi.log."""
-    api = NodeApi()
+def with_mps(preparer: Preparer, root: Path, *, shares: bool = False, api: NodeApi | None = None) -> NodeApi:
+    """MPSSupport on (and ConsumableShares when `shares`) against `api` (by default one whose daemons are
+    ready at once), the fake nvidia-smi logging to root/smi.log."""
+    api = api or NodeApi()
     fake_smi.install(root / "plugin" / "driver-root", root / "smi.log")
     gates = "MPSSupport=true" + (",ConsumableShares=true" if shares else "")
     preparer.gates = parse_feature_gates(gates)
     preparer.shares = "memory" if shares else None
     preparer.mps = daemons(root / "plugin", api, [])
     return api
+
+
+async def prepare_sharers(preparer: Preparer, reader: Reader, sharing: dict[str, Any]) -> None:
+    """Claims a and b (u-a, u-b) holding shares of gpu-0, and w (u-w) holding gpu-1 whole, all with
+    `sharing`, prepared."""
+    reader.objects["a"] = sharing_claim("a", "u-a", "gpu-0", sharing, share="s-a")
+    reader.objects["b"] = sharing_claim("b", "u-b", "gpu-0", sharing, share="s-b")
+    reader.objects["w"] = sharing_claim("w", "u-w", "gpu-1", sharing)
+    out = await preparer.prepare([ref("a", "u-a"), ref("b", "u-b"), ref("w", "u-w")])
+    assert {uid: o.error for uid, o in out.items()} == {"u-a": "", "u-b": "", "u-w": ""}
 
 
 def spec_of(root: Path, uid: str) -> Path:
@@ -142,11 +153,7 @@ async def test_a_shared_gpu_keeps_its_time_slice_until_its_last_holder_is_unprep
 ) -> None:
     preparer, reader = make(tmp_path)
     smi_log = time_sliced(preparer, tmp_path, shares=True)
-    reader.objects["a"] = sharing_claim("a", "u-a", "gpu-0", LONG, share="s-a")
-    reader.objects["b"] = sharing_claim("b", "u-b", "gpu-0", LONG, share="s-b")
-    reader.objects["w"] = sharing_claim("w", "u-w", "gpu-1", None)  # gpu-1 held whole by another claim
-    out = await preparer.prepare([ref("a", "u-a"), ref("b", "u-b"), ref("w", "u-w")])
-    assert {uid: o.error for uid, o in out.items()} == {"u-a": "", "u-b": "", "u-w": ""}
+    await prepare_sharers(preparer, reader, LONG)
     set_calls = len(fake_smi.calls(smi_log))
 
     caplog.set_level(logging.INFO)
@@ -211,11 +218,7 @@ async def test_a_shared_mps_daemon_is_kept_and_said_so_while_another_claim_uses_
 ) -> None:
     preparer, reader = make(tmp_path)
     api = with_mps(preparer, tmp_path, shares=True)
-    reader.objects["a"] = sharing_claim("a", "u-a", "gpu-0", MPS, share="s-a")
-    reader.objects["b"] = sharing_claim("b", "u-b", "gpu-0", MPS, share="s-b")
-    reader.objects["w"] = sharing_claim("w", "u-w", "gpu-1", MPS)  # whole: NVIDIA's per-claim daemon
-    out = await preparer.prepare([ref("a", "u-a"), ref("b", "u-b"), ref("w", "u-w")])
-    assert {uid: o.error for uid, o in out.items()} == {"u-a": "", "u-b": "", "u-w": ""}
+    await prepare_sharers(preparer, reader, MPS)  # w's daemon: NVIDIA's per-claim one
     assert sorted(p.name for p in (tmp_path / "plugin" / "mps").iterdir()) == [
         "gpu-c3a6e328500d",  # gpu-0's daemon, named after the GPU: both sharers use it
         "u-w-3af14",
