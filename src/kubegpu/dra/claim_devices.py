@@ -231,8 +231,8 @@ class ClaimDevices:
         if known is None and not orphan:
             log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
             return None
-        # Its devices: from its entry, or as its CDI spec names them (an orphan, the entry lost).
-        held = [d.device for d in known.devices] if known is not None else list(self.orphans.get(ref.uid, ()))
+        # Its devices: from its entry, or as its CDI spec names them (an orphan: the entry lost).
+        held = [d.device for d in known.devices] if known is not None else list(self.orphans[ref.uid])
         # With shares, what another claim still uses keeps its time slice and partition (NVIDIA's rule).
         shared = self._used_by_others(ref.uid) if self.shares is not None else set()
         try:
