@@ -20,7 +20,6 @@ from kubegpu.allocation.cdi import CDI_VERSION, CdiOptions, common_edits
 from kubegpu.allocation.resources import gpu_device, mig_device
 from kubegpu.common.files import FileProblem, read_bytes, write_atomic
 from kubegpu.dra.devices import DraDevice
-from kubegpu.dra.gpuconfig import Sharing
 from kubegpu.node.driverfiles import join
 from kubegpu.node.inventory import Inventory
 
@@ -59,11 +58,10 @@ class ClaimSpecs:
         claim_uid: str,
         devices: Sequence[DraDevice],
         inventory: Inventory,
-        sharing: dict[str, Sharing | None],
         edits: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """The claim's spec; `sharing` maps device name -> the sharing config that applies to it, `edits`
-        device name -> more container edits (env, mounts: an MPS daemon's, `mps_deployment.cdi_edits`)."""
+        """The claim's spec; `edits` maps device name -> more container edits (a share's env, an MPS
+        daemon's env and mounts: `mps_deployment.cdi_edits`)."""
         minors = self.options.mig_minors
         entries = []
         for device in devices:
@@ -94,7 +92,7 @@ class ClaimSpecs:
         (and is logged)."""
         prefix = f"{vendor(self.driver_name)}-{CLAIM_CLASS}_"
         try:
-            names = os.listdir(self.root)
+            names = sorted(os.listdir(self.root))  # the order Prepare looks at them in: the same each time
         except FileNotFoundError:
             return {}
         out = {}

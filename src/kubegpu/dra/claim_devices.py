@@ -58,7 +58,6 @@ class _Staged:
     devices: list[DraDevice]
     prepared: tuple[PreparedDevice, ...]
     summary: dict[str, Any]
-    sharing: dict[str, Sharing | None]
     daemons: tuple[DaemonSpec, ...] = ()
     consumed: list[tuple[Result, Consumed]] = field(default_factory=list)
 
@@ -145,7 +144,7 @@ class ClaimDevices:
         if self.mps is not None:
             for daemon in daemons:
                 self.mps.start(daemon)
-        return _Staged(claim, what, inventory, unique, prepared, summary, sharing, tuple(daemons), consumed)
+        return _Staged(claim, what, inventory, unique, prepared, summary, tuple(daemons), consumed)
 
     def _complete(self, staged: _Staged) -> Outcome:
         claim, what, prepared, summary = staged.claim, staged.what, staged.prepared, staged.summary
@@ -162,7 +161,7 @@ class ClaimDevices:
                     client = [f"{key}={v}" for key, v in limits.items()]
                     for key, more in self.mps.cdi_edits(daemon.id, client).items():
                         edits.setdefault(name, {}).setdefault(key, []).extend(more)
-        self.specs.write(claim.uid, staged.devices, staged.inventory, staged.sharing, edits)
+        self.specs.write(claim.uid, staged.devices, staged.inventory, edits)
         self.checkpoint.put(
             PreparedClaim(claim.uid, claim.namespace, claim.name, COMPLETED, prepared, summary)
         )
@@ -232,6 +231,8 @@ class ClaimDevices:
         if known is None and not orphan:
             log.debug("unprepare of unknown %s (%s): nothing to do", ref.describe(), ref.uid)
             return None
+        # Its devices: from its entry, or as its CDI spec names them (an orphan: the entry lost).
+        held = [d.device for d in known.devices] if known is not None else list(self.orphans[ref.uid])
         # With shares, what another claim still uses keeps its time slice and partition (NVIDIA's rule).
         shared = self._used_by_others(ref.uid) if self.shares is not None else set()
         try:
@@ -247,7 +248,6 @@ class ClaimDevices:
                     log.info("%s: MPS control daemon %s is still used by another claim: kept", ref.describe(),
                              deployment_name(daemon))  # fmt: skip
             if self.partitions is not None:  # DynamicMIG: its MIG devices go first, then the record of them
-                held = [d.device for d in known.devices] if known else self.orphans.get(ref.uid, ())
                 self.partitions.destroy([d for d in held if d not in shared], self.devices()[0])
             self.specs.remove(ref.uid)
             self.checkpoint.remove(ref.uid)
@@ -261,10 +261,8 @@ class ClaimDevices:
             return Failure("io", message)
         self.orphans.pop(ref.uid, None)
         self.orphan_sharing.pop(ref.uid, None)
-        if shared:
-            mine = {d.device for d in known.devices} if known else set(self.orphans.get(ref.uid, ()))
-            for device in sorted(mine & shared):
-                log.info("%s: device %s is still used by another claim: kept", ref.describe(), device)
+        for device in sorted(shared.intersection(held)):
+            log.info("%s: device %s is still used by another claim: kept", ref.describe(), device)
         log.info(
             "unprepared %s (%s)%s",
             ref.describe(),
