@@ -3,14 +3,17 @@ a reboot, another process's save, and who holds a device."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import stat
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kubegpu.dra import checkpoint as checkpoint_module
 from kubegpu.dra.checkpoint import (
     COMPLETED,
     STARTED,
@@ -199,3 +202,38 @@ def test_a_first_save_makes_its_directories_and_a_first_load_is_empty(tmp_path: 
     again = Checkpoint(checkpoint.path, BOOT)
     again.load()
     assert (again.claims, again.stale, again.lost) == ({"u1": CLAIM}, {}, False)
+
+
+def test_a_change_the_disk_refuses_leaves_the_claims_as_the_file_holds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What is in memory answers the kubelet's retries: it must stay what the file says. Once the file is
+    # written, a copy that cannot be written does not undo the change.
+    checkpoint = saved(tmp_path, CLAIM)
+    other = PreparedClaim("u2", "default", "d", STARTED, (GPU0,))
+
+    def full(path: Path, data: bytes, **kwargs: Any) -> bool:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint_module, "write_atomic", full)
+        with pytest.raises(OSError, match="No space left"):
+            checkpoint.put(other)
+        assert checkpoint.claims == {"u1": CLAIM}
+        with pytest.raises(OSError, match="No space left"):
+            checkpoint.remove("u1")
+        assert checkpoint.claims == {"u1": CLAIM}
+    assert loaded(tmp_path).claims == {"u1": CLAIM}
+
+    write = checkpoint_module.write_atomic
+
+    def copy_refused(path: Path, data: bytes, **kwargs: Any) -> bool:
+        if path.name.endswith(".copy"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(path, data, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint_module, "write_atomic", copy_refused)
+        with pytest.raises(OSError, match="No space left"):
+            checkpoint.remove("u1")
+    assert checkpoint.claims == {} and loaded(tmp_path).claims == {}

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kubegpu.dra import checkpoint as checkpoint_module
 from kubegpu.dra.api_errors import ApiUnreachable
 from kubegpu.dra.checkpoint import Checkpoint
 from kubegpu.dra.prepare import Preparer
@@ -280,55 +281,52 @@ async def test_a_cdi_spec_that_cannot_be_removed_fails_unprepare_with_its_path_a
     assert preparer.checkpoint.claims == {}
 
 
-class FullDisk(Checkpoint):
-    """A checkpoint whose file system is full: writing it fails as os.write does, with no file name."""
+class FullDisk:
+    """The checkpoint's file system, full on demand: writing it fails as os.write does, with no file name."""
 
-    full = False
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.full = False
+        write = checkpoint_module.write_atomic
 
-    def save(self) -> None:
-        if self.full:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        super().save()
+        def write_unless_full(path: Path, data: bytes, **kwargs: Any) -> bool:
+            if self.full:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return write(path, data, **kwargs)
+
+        monkeypatch.setattr(checkpoint_module, "write_atomic", write_unless_full)
 
 
 async def test_a_checkpoint_that_cannot_be_written_fails_unprepare_with_the_cause(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     preparer, reader = make(tmp_path)
-    checkpoint = FullDisk(preparer.checkpoint.path, preparer.checkpoint.boot_id)
-    checkpoint.load()
-    preparer.checkpoint = checkpoint
+    disk = FullDisk(monkeypatch)
     reader.objects["c"] = allocated("c", "u1", ["gpu-0"])
     assert (await preparer.prepare([ref("c", "u1")]))["u1"].error == ""
-    checkpoint.full = True
+    disk.full = True
     expected = "claim default/c: cannot remove a file: No space left on device"
     assert await preparer.unprepare([ref("c", "u1")]) == {"u1": expected}
     assert preparer.failures.counts == {"io": 1}
     assert expected in [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert not spec_of(tmp_path, "u1").exists()  # the spec goes first
-    on_disk = Checkpoint(checkpoint.path, checkpoint.boot_id)
+    on_disk = Checkpoint(preparer.checkpoint.path, preparer.checkpoint.boot_id)
     on_disk.load()
     assert list(on_disk.claims) == ["u1"]  # the entry, for the retry
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Checkpoint.remove drops the entry from memory before it writes the file: when the write fails, "
-    "the kubelet's retry finds the claim unknown and answers success while the entry stays on disk, holding "
-    "its device for the next driver process (dra/checkpoint.py)",
-)
 async def test_the_retry_of_an_unprepare_whose_checkpoint_write_failed_removes_the_entry(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The entry stays in memory as it stays on disk: the retry must find it (an entry dropped from memory
+    # only answered the retry with success and held its device for the next driver process).
     preparer, reader = make(tmp_path)
-    checkpoint = FullDisk(preparer.checkpoint.path, preparer.checkpoint.boot_id)
-    checkpoint.load()
-    preparer.checkpoint = checkpoint
+    disk = FullDisk(monkeypatch)
     reader.objects["c"] = allocated("c", "u1", ["gpu-0"])
     assert (await preparer.prepare([ref("c", "u1")]))["u1"].error == ""
-    checkpoint.full = True
+    disk.full = True
     assert (await preparer.unprepare([ref("c", "u1")]))["u1"] != ""
-    checkpoint.full = False
+    assert list(preparer.checkpoint.claims) == ["u1"]
+    disk.full = False
     assert await preparer.unprepare([ref("c", "u1")]) == {"u1": ""}
     restarted, _ = make(tmp_path)  # the next driver process reads what is on disk
     assert restarted.checkpoint.claims == {}

@@ -185,26 +185,52 @@ class Checkpoint:
         return f"cannot read the DRA checkpoint {path} (moved to {aside}): {why}"
 
     def save(self) -> None:
+        encoded = self._encoded()
+        self._write_file(encoded)
+        self._write_copy(encoded)
+
+    def put(self, claim: PreparedClaim) -> None:
+        before = dict(self.claims)
+        self.claims[claim.uid] = claim
+        self._save_or_undo(before)
+
+    def remove(self, uid: str) -> None:
+        if uid in self.claims:
+            before = dict(self.claims)
+            del self.claims[uid]
+            self._save_or_undo(before)
+
+    def _save_or_undo(self, before: dict[str, PreparedClaim]) -> None:
+        """save(); when the disk refuses the file itself, the claims in memory go back to what the file
+        still holds, and the error is raised: the kubelet's retry must find the claim as it is on disk (an
+        entry dropped from memory only would answer the retry of its Unprepare with success, and hold its
+        device for the next driver process). Once the file is written the change holds, whatever the copy."""
+        encoded = self._encoded()
+        try:
+            self._write_file(encoded)
+        except OSError:
+            self.claims.clear()
+            self.claims.update(before)
+            raise
+        self._write_copy(encoded)
+
+    def _encoded(self) -> bytes:
         content = {"nodeBootID": self.boot_id, "preparedClaims": [c.to_json() for c in self.claims.values()]}
         body = json.dumps(content, sort_keys=True, separators=(",", ":"))
         data = {"version": VERSION, "checksum": zlib.crc32(body.encode()), "data": body}
-        encoded = json.dumps(data).encode()
+        return json.dumps(data).encode()
+
+    # The file, then its copy. Each is replaced whole (a write cut short leaves the previous one), and the
+    # file is durable; the copy, there for a file damaged from outside (or truncated, or deleted), skips the
+    # fsync: it costs a Prepare as much as the file's, and should a crash also lose the copy, the file is
+    # there, and without either the claims are rebuilt from their specs.
+    def _write_file(self, encoded: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # The file, then its copy. Each is replaced whole (a write cut short leaves the previous one), and
-        # the file is durable; the copy, there for a file damaged from outside (or truncated, or deleted),
-        # skips the fsync: it costs a Prepare as much as the file's, and should a crash also lose the copy,
-        # the file is there, and without either the claims are rebuilt from their specs.
         write_atomic(self.path, encoded, mode=0o600)
         self._seen = self._signature()
+
+    def _write_copy(self, encoded: bytes) -> None:
         write_atomic(self.copy_path, encoded, mode=0o600, durable=False)
-
-    def put(self, claim: PreparedClaim) -> None:
-        self.claims[claim.uid] = claim
-        self.save()
-
-    def remove(self, uid: str) -> None:
-        if self.claims.pop(uid, None) is not None:
-            self.save()
 
     def holders(self, device: str, except_uid: str) -> Iterator[PreparedClaim]:
         """Other claims that hold `device` (pool-local name) for their own use (not with admin access)."""
