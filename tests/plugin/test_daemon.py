@@ -226,6 +226,8 @@ async def test_a_config_parse_over_its_budget_keeps_the_old_config_and_allocate_
         await n.allocatable(8)
         reload = asyncio.create_task(n.daemon.reload())
         await asyncio.to_thread(parsing.wait, 10)
+        # A parse that hangs is found by its name in a thread dump (py-spy, faulthandler).
+        assert "config-parse" in [t.name for t in threading.enumerate()]
         allocation = await n.sim.admit(Pod("p", containers=[Container("c", {GPU: 2})]))  # while it parses
         assert len(allocation.containers["c"].devices[GPU]) == 2
         await reload
