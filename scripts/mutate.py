@@ -1,6 +1,6 @@
 """Mutation testing of the modules whose bugs lose or misreport GPUs (`make mutate`; not run in CI).
 
-Usage: python scripts/mutate.py [--budget-s S] [--jobs N] [--report-only] [MODULE ...]
+Usage: python scripts/mutate.py [--budget-s S] [--jobs N] [--fresh] [--report-only] [MODULE ...]
     MODULE: a key of TARGETS (e.g. faults, allocate, daemon-reload); default: all, smallest first.
 
 Each target is one module and the fast tests that cover it. mutmut runs it in its own work directory,
@@ -373,6 +373,11 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=3600.0, help="for the whole run (default 3600)")
     parser.add_argument("--jobs", type=int, default=1, help="mutants tested at once (default 1)")
     parser.add_argument("--report-only", action="store_true", help="print the table of the last runs")
+    # mutmut learns which tests call each function from one traced run of the tests, and later runs trace
+    # only new tests: a function added to a module since is tested by too few (its mutants survive).
+    parser.add_argument(
+        "--fresh", action="store_true", help="forget the modules' results first (after adding a function)"
+    )
     parser.add_argument("--markdown", action="store_true", help="the table for the README")
     args = parser.parse_args()
     names = args.modules or list(TARGETS)
@@ -391,6 +396,8 @@ def main() -> int:
             if left < 30:
                 print(f"{name}: skipped, the time budget is spent", flush=True)
                 continue
+            if args.fresh:
+                shutil.rmtree(WORK / name / "mutants", ignore_errors=True)
             run(name, TARGETS[name], left, args.jobs)
     below = report(names, markdown=args.markdown)
     return 1 if below else 0
