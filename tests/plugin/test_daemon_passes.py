@@ -17,6 +17,7 @@ import pytest
 
 from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.plugin.prepare import ReloadError
+from kubegpu.settings.plugin import PluginSettings
 from tests.plugin.test_daemon import GPU, Node, node, until
 
 DAEMON = "kubegpu.plugin.daemon"
@@ -155,9 +156,12 @@ async def test_a_rediscovery_after_a_refused_config_file_serves_the_last_good_co
         await n.daemon._reconcile(rediscover=False)
         assert caplog.text.count("discovered 8 GPU(s)") == discovered + 1
         refused = lines(caplog, logging.ERROR)
-        assert refused, "the reload must have refused the file"
         # (The file watcher may reload once more on the write: every failure is a config reload's.)
-        assert all(line.startswith("config reload failed, keeping") for line in refused), refused
+        assert set(refused) == {
+            "config reload failed, keeping the last good config running: unable to validate flags: invalid "
+            "--device-id-strategy option: serial"
+        }
+        assert failures(n, "invalid_config") == len(refused)
         assert n.daemon.settings.plugin.deviceIDStrategy == "uuid"
         await n.allocatable(8)
         assert await n.stop() == 0
@@ -276,4 +280,27 @@ async def test_no_gpus_is_said_once_while_the_retry_keeps_looking(caplog: pytest
             "No devices found. Waiting indefinitely."
         ]
         assert n.daemon.supervisor.running("discovery-retry")
+        assert await n.stop() == 0
+
+
+async def test_a_parser_that_fails_with_an_unexpected_error_refuses_the_config_by_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Whatever the parser raises is a config that cannot be used: the reload names the error's type and text
+    # and counts it as an invalid config, and the last good config keeps serving.
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+
+        def broken_parse() -> PluginSettings:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+        n.start(reload_settings=broken_parse)
+        await n.allocatable(8)
+        await n.daemon.reload()
+        assert lines(caplog, logging.ERROR) == [
+            "config reload failed, keeping the last good config running: UnicodeDecodeError: 'utf-8' codec "
+            "can't decode byte 0xff in position 0: invalid start byte"
+        ]
+        assert failures(n, "invalid_config") == 1
+        await n.allocatable(8)
         assert await n.stop() == 0
