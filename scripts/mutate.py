@@ -49,7 +49,6 @@ class Target:
     # Slow tests left out (pytest node IDs): a property test of the whole parser that every mutant of the
     # module would run for seconds, where fast tests check the same code.
     deselect: tuple[str, ...] = ()
-    preliminary: bool = False  # being rewritten elsewhere: scored, survivors not chased
     # A test over this fails (the mutant counts as killed). The daemon's tests pass in about a second each
     # but wait up to 20 s for a served state a mutant never reaches: 10 s keeps a margin of ten over a
     # loaded machine and halves what each such mutant costs.
@@ -199,10 +198,10 @@ TARGETS: dict[str, Target] = {
         test_timeout_s=10,
         timeout_method="thread",
     ),
-    "dra-checkpoint": Target("kubegpu/dra/checkpoint.py", DRA_TESTS, preliminary=True),
-    "dra-prepare": Target("kubegpu/dra/prepare.py", DRA_TESTS, preliminary=True),
+    "dra-checkpoint": Target("kubegpu/dra/checkpoint.py", DRA_TESTS),
+    "dra-prepare": Target("kubegpu/dra/prepare.py", DRA_TESTS),
     # What Prepare and Unprepare do to the node for one claim (split from prepare.py).
-    "dra-claim-devices": Target("kubegpu/dra/claim_devices.py", DRA_TESTS, preliminary=True),
+    "dra-claim-devices": Target("kubegpu/dra/claim_devices.py", DRA_TESTS),
 }
 
 KILLED = {"killed", "timeout", "caught by type check"}
@@ -323,8 +322,7 @@ def equivalents() -> set[str]:
 
 
 def report(names: list[str], *, markdown: bool = False) -> int:
-    """Print the table (a README table with `markdown`); return how many targets (not preliminary) are
-    below 90 %."""
+    """Print the table (a README table with `markdown`); return how many targets are below 90 %."""
     listed = equivalents()
     rows, survivors, below = [], [], 0
     for name in names:
@@ -336,10 +334,10 @@ def report(names: list[str], *, markdown: bool = False) -> int:
         unchecked = counts["not checked"]
         scored = len(found) - unchecked - equivalent  # a run cut short scores what it checked
         score = 100.0 * killed / scored if scored else float("nan")
-        note = "preliminary" if target.preliminary else "its reload path" if target.functions else ""
+        note = "its reload path" if target.functions else ""
         if unchecked:
             note = ", ".join(filter(None, [note, f"{unchecked} not checked"]))
-        if not target.preliminary and not score >= 90.0:
+        if not score >= 90.0:
             below += 1
         module = f"`{target.module}`" if markdown else name
         shown = f"{score:.1f}%" if scored else "not run"
