@@ -7,6 +7,7 @@ In this process, with a failure put in the preparer or the servers' apply on pur
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import tempfile
 import threading
@@ -18,6 +19,7 @@ import pytest
 from kubegpu.node.nvml.fake import FakeNvml
 from kubegpu.plugin.prepare import ReloadError
 from kubegpu.settings.plugin import PluginSettings
+from tests.contract.conftest import profile_inventory
 from tests.plugin.test_daemon import GPU, Node, node, until
 
 DAEMON = "kubegpu.plugin.daemon"
@@ -303,4 +305,34 @@ async def test_a_parser_that_fails_with_an_unexpected_error_refuses_the_config_b
         ]
         assert failures(n, "invalid_config") == 1
         await n.allocatable(8)
+        assert await n.stop() == 0
+
+
+async def test_a_reload_to_a_cdi_strategy_writes_a_spec_for_every_gpu_and_mig_device() -> None:
+    root = Path(tempfile.mkdtemp(prefix="kg-cdi-", dir="/tmp"))
+    # The driver's MIG capability minors: GPU 0's GPU instance 7 and its compute instance 0.
+    caps = root / "driver" / "proc/driver/nvidia-caps"
+    caps.mkdir(parents=True)
+    (caps / "mig-minors").write_text("gpu0/gi7/access 66\ngpu0/gi7/ci0/access 67\n")
+    env = {"KUBEGPU_CDI_ROOT": str(root / "cdi"), "NVIDIA_DRIVER_ROOT": str(root / "driver")}
+    inventory = profile_inventory("a100-mig")
+    async with node(KUBEGPU_FAKE_NVML="a100-mig", MIG_STRATEGY="mixed", **env) as n:
+        n.start()
+        await until(lambda: n.daemon.expected_resources() is not None)
+        assert not (root / "cdi").exists()  # the envvar strategy needs no spec
+        n.config.write_text("version: v1\nflags:\n  plugin:\n    deviceListStrategy: [cdi-annotations]\n")
+        await n.daemon.reload()
+        spec = json.loads((root / "cdi" / "k8s.device-plugin.nvidia.com-gpu.json").read_text())
+        assert spec["kind"] == "k8s.device-plugin.nvidia.com/gpu"
+        devices = {d["name"]: d for d in spec["devices"]}
+        gpus = [g.uuid for g in inventory.gpus]
+        migs = [m.uuid for g in inventory.gpus for m in g.mig_devices]
+        assert len(gpus) == 4 and len(migs) == 12
+        assert sorted(devices) == sorted([*gpus, *migs, "all"])
+        nodes = devices["MIG-52a06433-5415-43f7-8ea9-aa13f22aedbf"]["containerEdits"]["deviceNodes"]
+        assert [d["path"] for d in nodes] == [
+            "/dev/nvidia0",
+            "/dev/nvidia-caps/nvidia-cap66",
+            "/dev/nvidia-caps/nvidia-cap67",
+        ]
         assert await n.stop() == 0
