@@ -1,16 +1,20 @@
-"""The daemon's passes when something goes wrong, and how requests made during a pass are merged: each
-failure says which pass failed (config reload, rediscovery, refresh) and keeps the last good config serving;
-only a config reload counts in the reload metrics; an apply that fails part-way ends the daemon with 1.
+"""The daemon's passes (config reload, rediscovery, refresh) and what each says: a failure names its pass
+and keeps the last good config serving (only a reload reads the config file, and only a reload counts in the
+reload metrics); an apply that fails part-way ends the daemon with 1; requests made during a pass are merged
+into the next. What a pass says and does once it succeeds: the discovery line in each of its shapes, the
+retries for no GPUs and for MPS daemons not ready yet, the CDI spec it writes.
 
-In this process, with a failure put in the preparer or the servers' apply on purpose."""
+In this process, with failures put in the preparer, the parser, NVML or the servers' apply on purpose."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import tempfile
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pynvml
@@ -25,6 +29,16 @@ from tests.plugin.test_daemon import GPU, Node, node, until
 DAEMON = "kubegpu.plugin.daemon"
 
 
+@contextlib.asynccontextmanager
+async def serving(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Node]:
+    """A daemon serving the fake DGX A100's 8 GPUs, its log lines captured."""
+    caplog.set_level(logging.INFO, logger=DAEMON)
+    async with node() as n:
+        n.start()
+        await n.allocatable(8)
+        yield n
+
+
 def failures(n: Node, reason: str) -> float | None:
     return n.counter("kubegpu_config_reload_failures_total", reason=reason)
 
@@ -36,10 +50,7 @@ def lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
 async def test_a_pass_that_cannot_be_prepared_names_itself_and_keeps_serving(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    caplog.set_level(logging.INFO, logger=DAEMON)
-    async with node() as n:
-        n.start()
-        await n.allocatable(8)
+    async with serving(caplog) as n:
 
         async def cannot(*args: object, **kwargs: object) -> None:
             raise ReloadError("discovery", "nvml init failed: Unknown Error")
@@ -61,10 +72,7 @@ async def test_a_pass_that_cannot_be_prepared_names_itself_and_keeps_serving(
 async def test_a_bug_while_preparing_keeps_serving_and_counts_an_error_for_a_reload_only(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    caplog.set_level(logging.INFO, logger=DAEMON)
-    async with node() as n:
-        n.start()
-        await n.allocatable(8)
+    async with serving(caplog) as n:
 
         async def broken(*args: object, **kwargs: object) -> None:
             raise KeyError("a bug")
@@ -87,10 +95,7 @@ async def test_a_bug_while_preparing_keeps_serving_and_counts_an_error_for_a_rel
 async def test_an_apply_that_fails_part_way_ends_the_daemon_with_1(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    caplog.set_level(logging.INFO, logger=DAEMON)
-    async with node() as n:
-        n.start()
-        await n.allocatable(8)
+    async with serving(caplog) as n:
 
         async def half_applied(*args: object, **kwargs: object) -> None:
             raise OSError("the servers are in an unknown state")
@@ -109,10 +114,7 @@ async def test_an_apply_that_fails_part_way_ends_the_daemon_with_1(
 async def test_a_rediscovery_asked_for_during_a_pass_is_not_dropped_by_a_later_refresh(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger=DAEMON)
-    async with node() as n:
-        n.start()
-        await n.allocatable(8)
+    async with serving(caplog) as n:
         discovered = caplog.text.count("discovered 8 GPU(s)")
         running = asyncio.create_task(n.daemon._reconcile(rediscover=False))
         rediscovery = asyncio.create_task(n.daemon._reconcile(rediscover=True))
@@ -126,10 +128,7 @@ async def test_a_rediscovery_asked_for_during_a_pass_is_not_dropped_by_a_later_r
 async def test_a_reload_says_in_one_line_what_changed_and_what_is_served(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger=DAEMON)
-    async with node() as n:
-        n.start()
-        await n.allocatable(8)
+    async with serving(caplog) as n:
         n.config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n")
         await n.daemon.reload()
         # (The file watcher may reload once more on the write: the first line is this reload's.)
@@ -147,10 +146,7 @@ async def test_a_rediscovery_after_a_refused_config_file_serves_the_last_good_co
     # Only a config reload reads the config file. A rediscovery (a lost GPU back, the discovery retry) or a
     # refresh that read it too would fail on the file the reload refused, and a GPU that came back would
     # never be served again until someone fixed the file.
-    caplog.set_level(logging.INFO, logger=DAEMON)
-    async with node() as n:
-        n.start()
-        await n.allocatable(8)
+    async with serving(caplog) as n:
         n.config.write_text("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: serial\n")
         await n.daemon.reload()
         discovered = caplog.text.count("discovered 8 GPU(s)")
@@ -172,10 +168,7 @@ async def test_a_rediscovery_after_a_refused_config_file_serves_the_last_good_co
 async def test_each_discovery_says_in_one_line_what_it_found_and_what_is_served(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger=DAEMON)
-    async with node() as n:
-        n.start()
-        await n.allocatable(8)
+    async with serving(caplog) as n:
         n.config.write_text(
             "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
             "    - name: nvidia.com/gpu\n      replicas: 2\n"
@@ -262,10 +255,7 @@ async def test_versions_nvml_cannot_read_are_a_question_mark_in_the_discovery_li
         "nvmlSystemGetCudaDriverVersion_v2",
     ):
         monkeypatch.setattr(FakeNvml, call, not_supported)
-    caplog.set_level(logging.INFO, logger=DAEMON)
-    async with node() as n:
-        n.start()
-        await n.allocatable(8)
+    async with serving(caplog) as n:
         assert discovered(caplog) == ["discovered 8 GPU(s) (driver ?, CUDA ?); serving nvidia.com/gpu=8"]
         assert await n.stop() == 0
 
