@@ -69,6 +69,21 @@ async def test_a_successful_reload_serves_every_fault_of_the_fault_book(
         assert await n.stop() == 0
 
 
+async def lose_at_reload(n: Node, *gpus: int) -> None:
+    """The GPUs fall off the bus, then a reload: served Unhealthy, under the same IDs."""
+    for gpu in gpus:
+        n.state.inject_lost(gpu)
+    await n.daemon.reload()
+    await n.allocatable(8 - len(gpus))
+
+
+def clear_faults(n: Node, *gpus: int) -> None:
+    """What the monitor does for GPUs whose recovery probes pass (it then signals the change)."""
+    for gpu in gpus:
+        fault = n.daemon.faults.get(UUIDS[gpu])
+        assert fault is not None and n.daemon.faults.clear(UUIDS[gpu], fault)
+
+
 async def test_a_gpu_lost_with_health_checks_off_is_a_fault_the_reload_serves() -> None:
     # The in-process twin of the contract test: no monitor runs, so the rediscovery alone records the loss.
     async with node(DP_DISABLE_HEALTHCHECKS="all") as n:
@@ -154,11 +169,8 @@ async def test_a_lost_gpu_whose_fault_was_cleared_stays_unhealthy_through_a_refr
     async with node(DP_DISABLE_HEALTHCHECKS="all") as n:
         n.start()
         await n.allocatable(8)
-        n.state.inject_lost(5)
-        await n.daemon.reload()
-        await n.allocatable(7)
-        fault = n.daemon.faults.get(UUIDS[5])
-        assert fault is not None and n.daemon.faults.clear(UUIDS[5], fault)
+        await lose_at_reload(n, 5)
+        clear_faults(n, 5)
         await n.daemon._reconcile(rediscover=False)  # before anything else can run: no await in between
         again = n.daemon.faults.get(UUIDS[5])
         assert again is not None and again.reason == "not found by discovery"
@@ -183,15 +195,10 @@ async def test_lost_gpus_reported_back_together_are_named_in_one_line_and_redisc
     async with node(DP_DISABLE_HEALTHCHECKS="all") as n:
         n.start()
         await n.allocatable(8)
-        n.state.inject_lost(4)
-        n.state.inject_lost(5)
-        await n.daemon.reload()
-        await n.allocatable(6)
+        await lose_at_reload(n, 4, 5)
         n.state.recover(4)
         n.state.recover(5)
-        for uuid in UUIDS[4:6]:
-            fault = n.daemon.faults.get(uuid)
-            assert fault is not None and n.daemon.faults.clear(uuid, fault)
+        clear_faults(n, 4, 5)
         n.daemon.health_watch.changed.set()
         await n.allocatable(8)
         await until(lambda: n.daemon.serving.missing == {})  # found by the rediscovery
