@@ -344,7 +344,8 @@ async def test_a_task_that_keeps_failing_ends_the_daemon_with_exit_code_1(
             in caplog.text
         )
         assert "5 failures in a row: exiting so that the plugin is restarted" in caplog.text
-        assert n.sim.allocatable().get(GPU, 0) == 0 or not n.sim.registered(GPU)
+        # The kubelet learns it from the stream's end, a moment after the daemon has returned.
+        await n.sim.wait_for(lambda: n.sim.allocatable().get(GPU, 0) == 0 or not n.sim.registered(GPU), 10)
 
 
 @pytest.mark.parametrize(
